@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Kernel source, series, configuration and build for ovlkit.
+#
+#   scripts/kernel.sh source            extract the pristine tree
+#   scripts/kernel.sh patch             refresh the patched tree from the series
+#   scripts/kernel.sh build TREE        configure and build TREE (stock|patched)
+#   scripts/kernel.sh path TREE         print the bzImage path of TREE
+#   scripts/kernel.sh devtree NAME      make a git tree NAME for patch work:
+#                                       pristine source, one commit per patch
+#                                       of the series (git am); build it with
+#                                       "kernel.sh build NAME"
+#
+# Environment: CACHE (cache root), KCONFIG_EXTRA (extra fragments from
+# kconfig/, e.g. "debug"), V=1 (show the build output), JOBS.
+. "$(dirname "$0")/lib.sh"
+
+ROOT=$(kernel_root)
+SERIES_DIR=$OVLKIT_TOP/patches/$KBASE
+FRAGMENTS=(guest overlay ${KCONFIG_EXTRA:-})
+
+# Fixed build identity: the same sources give the same objects whatever the
+# tree, so ccache serves the patched build from the stock one.
+export KBUILD_BUILD_TIMESTAMP='Thu Jan  1 00:00:00 UTC 2026'
+export KBUILD_BUILD_USER=ovlkit KBUILD_BUILD_HOST=ovlkit
+export CCACHE_DIR=${CCACHE_DIR:-$CACHE/ccache}
+export CCACHE_BASEDIR=$ROOT
+export CCACHE_NOHASHDIR=1
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-4G}
+
+src_dir() { echo "$ROOT/$1/src"; }
+
+config_name() {
+	local IFS=+
+	echo "${FRAGMENTS[*]}"
+}
+
+obj_dir() { echo "$ROOT/$1/obj-$(config_name)"; }
+
+cmd_source() {
+	local src
+	src=$(src_dir stock)
+	if [ -f "$src/.ovlkit-extracted" ]; then
+		return 0
+	fi
+	local tarball=/usr/src/$SOURCE_PKG.tar.xz
+	[ -f "$tarball" ] || die "$tarball not found (install $SOURCE_PKG)"
+	rm -rf "$src" "$src.tmp"
+	mkdir -p "$src.tmp"
+	phase "extract $SOURCE_PKG $(kernel_version)" "$ROOT/extract.log" \
+		tar -xf "$tarball" -C "$src.tmp" --strip-components=1
+	touch "$src.tmp/.ovlkit-extracted"
+	mv "$src.tmp" "$src"
+}
+
+series_stamp() {
+	(
+		cd "$SERIES_DIR"
+		# shellcheck disable=SC2046
+		sha256sum series $(grep -v '^#' series | awk 'NF {print $1}')
+	) | sha256sum | cut -c1-16
+}
+
+# Print the rejected hunks of the patch quilt could not push, then fail.
+report_reject() {
+	local dst=$1 log=$2 name
+	name=$(grep -o "Applying patch .*" "$log" | tail -n 1 | sed 's/Applying patch //')
+	printf 'error: patch %s does not apply to %s %s\n' "${name:-?}" \
+		"$SOURCE_PKG" "$(kernel_version)" >&2
+	sed -n '/Applying patch/,$p' "$log" | tail -n 20 >&2
+	(cd "$dst" && QUILT_PATCHES=$SERIES_DIR quilt --quiltrc=- push -f >/dev/null 2>&1) || true
+	find "$dst" -name '*.rej' -newer "$log" -print0 2>/dev/null |
+		while IFS= read -r -d '' rej; do
+			printf '\n--- rejected hunks: %s\n' "${rej#"$dst"/}" >&2
+			cat "$rej" >&2
+			rm -f "$rej"
+		done
+	rm -f "$dst/.ovlkit-series"
+	exit 1
+}
+
+cmd_patch() {
+	cmd_source
+	local src dst stamp
+	src=$(src_dir stock)
+	dst=$(src_dir patched)
+	[ -f "$SERIES_DIR/series" ] || die "$SERIES_DIR/series not found"
+	stamp=$(series_stamp)
+	if [ -f "$dst/.ovlkit-series" ] && [ "$(cat "$dst/.ovlkit-series")" = "$stamp" ]; then
+		say "patched tree is current (series $stamp)"
+		return 0
+	fi
+	mkdir -p "$dst"
+	rm -f "$dst/.ovlkit-series"
+	# Resync from the pristine tree, then give every file rsync rewrote a
+	# fresh mtime: a file reverted to its pristine content must still look
+	# newer than the objects built from its patched version.
+	say "syncing patched tree from pristine"
+	rm -rf "$dst/.pc"
+	rsync -a --delete --exclude=/.pc --out-format='%n' "$src/" "$dst/" |
+		(cd "$dst" && grep -v '/$' | xargs -r -d '\n' touch --no-create --) || true
+	local n
+	n=$(grep -cv '^\s*\(#\|$\)' "$SERIES_DIR/series" || true)
+	if [ "$n" -gt 0 ]; then
+		local log=$ROOT/quilt.log
+		say "applying $n patches from patches/$KBASE/series"
+		if ! (cd "$dst" && QUILT_PATCHES=$SERIES_DIR quilt --quiltrc=- push -a --fuzz=0) >"$log" 2>&1; then
+			report_reject "$dst" "$log"
+		fi
+		say "applied: $(grep -c '^Applying patch' "$log") patches"
+	else
+		say "series is empty: patched tree equals the stock tree"
+	fi
+	echo "$stamp" >"$dst/.ovlkit-series"
+}
+
+cmd_config() {
+	local tree=$1 src obj frags=() f
+	src=$(src_dir "$tree")
+	obj=$(obj_dir "$tree")
+	mkdir -p "$obj"
+	for f in "${FRAGMENTS[@]}"; do
+		[ -f "$OVLKIT_TOP/kconfig/$f.config" ] || die "kconfig/$f.config not found"
+		frags+=("$OVLKIT_TOP/kconfig/$f.config")
+	done
+	local stamp
+	stamp=$(cat "${frags[@]}" | sha256sum | cut -c1-16)
+	if [ -f "$obj/.config" ] && [ "$(cat "$obj/.ovlkit-config" 2>/dev/null)" = "$stamp" ]; then
+		return 0
+	fi
+	phase "configure $tree ($(config_name))" "$obj/config.log" \
+		env -C "$src" ARCH=x86_64 KCONFIG_CONFIG="$obj/.config" \
+		scripts/kconfig/merge_config.sh -n -O "$obj" "${frags[@]}"
+	(cd "$OVLKIT_TOP" && go run ./tools/kconfigcheck -config "$obj/.config" "${frags[@]}") ||
+		die "kernel configuration for $tree lost requested symbols (see above; full log: $obj/config.log)"
+	echo "$stamp" >"$obj/.ovlkit-config"
+}
+
+cmd_build() {
+	local tree=${1:?usage: kernel.sh build stock|patched}
+	case $tree in
+	stock) cmd_source ;;
+	patched) cmd_patch ;;
+	*) [ -d "$(src_dir "$tree")" ] ||
+		die "unknown tree '$tree' (stock, patched, or a tree made by 'kernel.sh devtree')" ;;
+	esac
+	cmd_config "$tree"
+	local src obj
+	src=$(src_dir "$tree")
+	obj=$(obj_dir "$tree")
+	local args=(-C "$src" O="$obj" ARCH=x86_64 -j"${JOBS:-$(jobs)}" CC="ccache gcc" bzImage)
+	if [ "${V:-0}" = 1 ]; then
+		make "${args[@]}"
+	else
+		phase "build $tree kernel ($(config_name), ccache)" "$obj/build.log" make "${args[@]}"
+	fi
+	say "$tree kernel: $obj/arch/x86/boot/bzImage"
+}
+
+cmd_devtree() {
+	local name=${1:?usage: kernel.sh devtree NAME}
+	case $name in stock | patched) die "'$name' is reserved" ;; esac
+	cmd_source
+	local dst
+	dst=$(src_dir "$name")
+	[ ! -e "$dst" ] || die "$dst exists; remove it to start over"
+	say "copying pristine tree to $dst"
+	mkdir -p "$(dirname "$dst")"
+	cp -a "$(src_dir stock)" "$dst"
+	rm -f "$dst/.ovlkit-extracted"
+	(
+		cd "$dst"
+		git init -q
+		git add -A
+		git -c user.name=ovlkit -c user.email=ovlkit@localhost commit -q -m "$SOURCE_PKG $(kernel_version)"
+		grep -v '^\s*\(#\|$\)' "$SERIES_DIR/series" | awk '{print $1}' |
+			while read -r p; do
+				git am -q "$SERIES_DIR/$p" || die "git am $p failed in $dst"
+			done
+	)
+	say "devtree $name ready: $dst (git log shows the series)"
+}
+
+cmd_path() {
+	echo "$(obj_dir "${1:?usage: kernel.sh path stock|patched}")/arch/x86/boot/bzImage"
+}
+
+case ${1:-} in
+source) cmd_source ;;
+patch) cmd_patch ;;
+config) cmd_config "${2:?tree}" ;;
+build) cmd_build "${2:-}" ;;
+path) cmd_path "${2:-}" ;;
+devtree) cmd_devtree "${2:-}" ;;
+*) die "usage: kernel.sh source|patch|build TREE|path TREE" ;;
+esac

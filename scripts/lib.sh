@@ -1,0 +1,60 @@
+# Shared shell helpers for ovlkit's scripts. Sourced, not executed.
+# shellcheck shell=bash
+
+set -euo pipefail
+
+OVLKIT_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ovlkit}
+KBASE=${KBASE:-6.1}
+SOURCE_PKG=linux-source-$KBASE
+
+_t0=$(date +%s)
+
+# say: one progress line, prefixed with the elapsed time of this script.
+say() {
+	local now
+	now=$(date +%s)
+	printf '[%4ds] %s\n' "$((now - _t0))" "$*" >&2
+}
+
+die() {
+	printf 'error: %s\n' "$*" >&2
+	exit 1
+}
+
+# phase NAME LOG CMD...: run CMD with its output in LOG, print one line when
+# it starts and one when it ends, and show the end of LOG when it fails.
+phase() {
+	local name=$1 log=$2 start rc
+	shift 2
+	start=$(date +%s)
+	say "$name ..."
+	set +e
+	"$@" >"$log" 2>&1
+	rc=$?
+	set -e
+	if [ "$rc" -ne 0 ]; then
+		printf 'error: %s failed (exit %d); last lines of %s:\n' "$name" "$rc" "$log" >&2
+		# Errors first: a parallel make puts them anywhere in the log.
+		grep -E 'error:|Error [0-9]|\*\*\*' "$log" | head -n 20 >&2 || true
+		echo '---' >&2
+		tail -n 30 "$log" >&2
+		exit "$rc"
+	fi
+	say "$name done in $(($(date +%s) - start))s"
+}
+
+# kernel_version: the Debian version of the installed kernel source package;
+# the cache is keyed by it so a point release never reuses a stale tree.
+kernel_version() {
+	dpkg-query -W -f '${Version}' "$SOURCE_PKG" 2>/dev/null ||
+		die "$SOURCE_PKG is not installed (run scripts/deps.sh)"
+}
+
+kernel_root() {
+	echo "$CACHE/linux-$(kernel_version)"
+}
+
+jobs() {
+	echo $(($(nproc) + 1))
+}
