@@ -1,0 +1,188 @@
+// Package layer converts between OCI/Docker tar layers and overlayfs diff
+// directories.
+//
+// A tar layer describes deletions with ".wh." entries; an overlay upper
+// directory describes them with whiteout devices and opaque xattrs. Apply
+// turns the first into the second beneath a root that hostile entries cannot
+// leave; Export and ExportChanges turn a diff back into a tar; Changes lists
+// what a diff changes relative to its lower layers without walking the
+// lowers; TreeChanges is the plain two-tree comparison that Changes is tested
+// against.
+package layer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// WhiteoutFormat is how whiteouts and opaque directories are stored on disk.
+type WhiteoutFormat int
+
+const (
+	// OverlayWhiteouts stores a whiteout as a 0/0 character device and an
+	// opaque directory as trusted.overlay.opaque=y, as a privileged overlay
+	// mount expects.
+	OverlayWhiteouts WhiteoutFormat = iota
+	// OverlayUserWhiteouts is the form an overlay mounted with userxattr
+	// reads: opaque directories carry user.overlay.opaque=y. Apply still
+	// writes whiteouts as 0/0 character devices, which every kernel with
+	// userxattr (5.11+) accepts even inside a user namespace; Export and
+	// Changes also recognise the xattr whiteout (an empty regular file with
+	// user.overlay.whiteout) that newer kernels accept.
+	OverlayUserWhiteouts
+)
+
+// String names the format for messages.
+func (f WhiteoutFormat) String() string {
+	switch f {
+	case OverlayWhiteouts:
+		return "overlay"
+	case OverlayUserWhiteouts:
+		return "overlay-userxattr"
+	}
+	return fmt.Sprintf("WhiteoutFormat(%d)", int(f))
+}
+
+// xattrPrefix is the namespace overlayfs reads its own xattrs from in this
+// format.
+func (f WhiteoutFormat) xattrPrefix() (string, error) {
+	switch f {
+	case OverlayWhiteouts:
+		return "trusted.overlay.", nil
+	case OverlayUserWhiteouts:
+		return "user.overlay.", nil
+	}
+	return "", fmt.Errorf("layer: unknown whiteout format %d", int(f))
+}
+
+// ApplyOptions tunes Apply.
+type ApplyOptions struct {
+	Whiteouts WhiteoutFormat
+	// Sync fsyncs every file and directory written before Apply returns,
+	// so that a layer made visible afterwards by a rename survives a crash.
+	Sync bool
+	// Lowers are the parent layer directories, top first. When an entry's
+	// parent directory is missing from the tar, Apply creates it with the
+	// mode, owner and xattrs the lowers show for it, so that the new upper
+	// directory does not hide the lower's permissions behind 0755 root.
+	// Without lowers such directories are created 0755 and owned by 0:0.
+	Lowers []string
+}
+
+// ExportOptions tunes Export and Changes.
+type ExportOptions struct {
+	Whiteouts WhiteoutFormat
+	// Lowers are the parent layer directories, top first. They are used to
+	// drop opaque markers that hide nothing, and to follow redirect_dir
+	// directories and metacopy files into the layers that hold their
+	// content. Nil means the lowers are unknown: every opaque marker is
+	// kept, and a diff that needs its lowers is refused.
+	Lowers []string
+}
+
+// ChangeKind says how a path changed.
+type ChangeKind int
+
+const (
+	ChangeAdd ChangeKind = iota
+	ChangeModify
+	ChangeDelete
+)
+
+// String returns the one-letter form used by docker diff (A, C, D).
+func (k ChangeKind) String() string {
+	switch k {
+	case ChangeAdd:
+		return "A"
+	case ChangeModify:
+		return "C"
+	case ChangeDelete:
+		return "D"
+	}
+	return fmt.Sprintf("ChangeKind(%d)", int(k))
+}
+
+// Change is one changed path. Path is absolute within the layer ("/a/b").
+type Change struct {
+	Path string
+	Kind ChangeKind
+}
+
+// String formats the change as docker diff does ("C /etc").
+func (c Change) String() string { return c.Kind.String() + " " + c.Path }
+
+// Errors that EntryError wraps, for callers that want to tell a hostile
+// layer from an I/O failure.
+var (
+	// ErrUnsafePath marks an entry name or link target that is absolute,
+	// contains "..", or resolves outside the root.
+	ErrUnsafePath = errors.New("path escapes the layer root")
+	// ErrOverlayXattr marks an entry carrying a trusted.overlay.* or
+	// user.overlay.* xattr: a layer could use one to plant a redirect or an
+	// opaque marker that the overlay mount would obey.
+	ErrOverlayXattr = errors.New("overlay xattrs are not allowed in a layer")
+	// ErrInvalidWhiteout marks a .wh. entry that names nothing (".wh.",
+	// ".wh..", ".wh...").
+	ErrInvalidWhiteout = errors.New("invalid whiteout entry")
+	// ErrUnsupportedEntry marks an entry type a layer cannot hold.
+	ErrUnsupportedEntry = errors.New("unsupported entry type")
+)
+
+// EntryError reports which tar entry Apply failed on.
+type EntryError struct {
+	Name string // the entry name as it appears in the tar
+	Err  error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("layer entry %q: %v", e.Name, e.Err) }
+
+func (e *EntryError) Unwrap() error { return e.Err }
+
+// Apply reads a tar stream (plain, gzip or zstd, detected from the magic)
+// and unpacks it beneath root, converting .wh. entries. Every path is
+// resolved beneath root; hostile entries fail with an error naming the
+// entry. It returns the number of content bytes written (the sizes of the
+// regular files, hard links not counted again).
+//
+// On error root may hold a partial tree: callers apply into a staging
+// directory and discard it.
+func Apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (int64, error) {
+	return apply(ctx, root, r, opts)
+}
+
+// Export writes the overlay diff directory diff as an OCI tar layer:
+// whiteouts become .wh. entries and opaque directories .wh..wh..opq entries,
+// overlay xattrs are left out.
+func Export(ctx context.Context, w io.Writer, diff string, opts ExportOptions) error {
+	return export(ctx, w, diff, opts)
+}
+
+// Changes lists what diff changes relative to lowers, sorted by path. It
+// reads diff and looks up only the paths diff holds in the lowers, except
+// below opaque or redirected directories, whose whole merged content it
+// compares. The result equals TreeChanges on the flattened lowers and the
+// flattened lowers plus diff.
+func Changes(ctx context.Context, diff string, lowers []string, opts ExportOptions) ([]Change, error) {
+	return changes(ctx, diff, lowers, opts)
+}
+
+// TreeChanges is the naive reference: it compares two full trees (oldRoot
+// may be "" for none) and returns the changes sorted by path. A directory
+// whose children changed is reported as modified.
+func TreeChanges(ctx context.Context, oldRoot, newRoot string) ([]Change, error) {
+	return treeChanges(ctx, oldRoot, newRoot)
+}
+
+// ExportChanges writes a tar of newRoot restricted to changes; deletions
+// become whiteouts.
+func ExportChanges(ctx context.Context, w io.Writer, newRoot string, changes []Change) error {
+	return exportChanges(ctx, w, newRoot, changes)
+}
+
+// Size is the content size of a diff directory: the bytes of its regular
+// files, each hard-linked inode counted once.
+func Size(diff string) (int64, error) {
+	return size(diff)
+}
