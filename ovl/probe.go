@@ -1,0 +1,365 @@
+package ovl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Features is what the running kernel and the backing filesystem support,
+// each found by trying it in a scratch directory on that filesystem.
+type Features struct {
+	DType       bool `json:"d_type"`        // readdir reports file types
+	Overlay     bool `json:"overlay"`       // an overlay with an upper mounts here
+	MultiLower  bool `json:"multi_lower"`   // more than one lower layer
+	RedirectDir bool `json:"redirect_dir"`  // renaming a lower directory leaves a redirect (on by default)
+	Metacopy    bool `json:"metacopy"`      // chmod of a lower file copies up metadata only (on by default)
+	IndexParam  bool `json:"index_param"`   // the module has an index parameter: mounts say index=off
+	Userxattr   bool `json:"userxattr"`     // the userxattr option is accepted
+	NewMountAPI bool `json:"new_mount_api"` // fsconfig accepts lowerdir+
+	StrictUpper bool `json:"strict_upper"`  // ovlkit series: fail instead of degrading
+	FsyncStrict bool `json:"fsync_strict"`  // fsync=strict copy-up durability
+	CopyUpStats bool `json:"copyup_stats"`  // ovlkit series: copy-up counters in mountstats
+	// Notes says why a feature is off, keyed by its JSON name.
+	Notes map[string]string `json:"notes,omitempty"`
+}
+
+// Missing lists the features that are off, with the reason when known.
+func (f Features) Missing() []string {
+	var out []string
+	add := func(ok bool, name string) {
+		if ok {
+			return
+		}
+		if why := f.Notes[name]; why != "" {
+			out = append(out, name+" ("+why+")")
+		} else {
+			out = append(out, name)
+		}
+	}
+	add(f.DType, "d_type")
+	add(f.Overlay, "overlay")
+	add(f.MultiLower, "multi_lower")
+	add(f.NewMountAPI, "new_mount_api")
+	add(f.StrictUpper, "strict_upper")
+	add(f.FsyncStrict, "fsync_strict")
+	add(f.CopyUpStats, "copyup_stats")
+	return out
+}
+
+// Usable reports why the backing filesystem cannot hold overlay layers,
+// or nil when it can.
+func (f Features) Usable() error {
+	if !f.DType {
+		return errors.New("the backing filesystem does not report file types in readdir (d_type); " +
+			"reformat xfs with -n ftype=1 or enable the ext4 filetype feature")
+	}
+	if !f.Overlay {
+		return fmt.Errorf("overlay cannot mount on the backing filesystem: %s", f.Notes["overlay"])
+	}
+	if !f.MultiLower {
+		return fmt.Errorf("overlay does not take several lower layers: %s", f.Notes["multi_lower"])
+	}
+	return nil
+}
+
+// BaseOptions are the options every mount of a store gets on this kernel:
+// index=off where the module has an index (a shared upper would otherwise
+// fail with EBUSY when a mount leaks, containerd #4311), and strict_upper
+// where the ovlkit series provides it so that a degraded upper is an error.
+func (f Features) BaseOptions() []string {
+	var o []string
+	if f.IndexParam {
+		o = append(o, "index=off")
+	}
+	if f.StrictUpper {
+		o = append(o, "strict_upper")
+	}
+	return o
+}
+
+// Probe tries every feature in a temporary directory beneath dir, which
+// must be on the filesystem that will hold the layers. It needs root
+// (mount). The error is only for failures of the probe itself; a missing
+// feature is reported in Features.
+func Probe(dir string) (Features, error) {
+	f := Features{Notes: map[string]string{}}
+	base, err := os.MkdirTemp(dir, "probe-")
+	if err != nil {
+		return f, fmt.Errorf("probe directory: %w", err)
+	}
+	defer os.RemoveAll(base)
+
+	if f.DType, err = SupportsDType(base); err != nil {
+		return f, err
+	}
+	if !f.DType {
+		f.Notes["d_type"] = "readdir returns DT_UNKNOWN"
+	}
+	if _, err := os.Stat("/sys/module/overlay/parameters/index"); err == nil {
+		f.IndexParam = true
+	}
+	var opts []string
+	if f.IndexParam {
+		opts = append(opts, "index=off")
+	}
+
+	// One upper, one lower.
+	p, err := newProbeDirs(base, "single", 1)
+	if err != nil {
+		return f, err
+	}
+	if err := p.try(opts); err != nil {
+		f.Notes["overlay"] = err.Error()
+		f.Notes["multi_lower"] = "no overlay"
+		return f, nil
+	}
+	f.Overlay = true
+	if err := p.unmount(); err != nil {
+		return f, err
+	}
+
+	// Two lowers, then the behaviour of a default mount.
+	p, err = newProbeDirs(base, "multi", 2)
+	if err != nil {
+		return f, err
+	}
+	if err := os.WriteFile(filepath.Join(p.lower[1], "file"), []byte("data"), 0o644); err != nil {
+		return f, fmt.Errorf("probe file: %w", err)
+	}
+	if err := os.Mkdir(filepath.Join(p.lower[1], "dir1"), 0o755); err != nil {
+		return f, fmt.Errorf("probe dir: %w", err)
+	}
+	if err := p.try(opts); err != nil {
+		f.Notes["multi_lower"] = err.Error()
+		return f, nil
+	}
+	f.MultiLower = true
+	f.Metacopy, err = probeMetacopy(p)
+	if err != nil {
+		p.unmount()
+		return f, err
+	}
+	f.RedirectDir, err = probeRedirect(p)
+	if err != nil {
+		p.unmount()
+		return f, err
+	}
+	if st, ok, err := MountStatsFor(p.merged); err == nil && ok && st.FSType == "overlay" && st.HasStats() {
+		f.CopyUpStats = true
+	} else if err != nil {
+		f.Notes["copyup_stats"] = err.Error()
+	} else {
+		f.Notes["copyup_stats"] = "mountstats shows no overlay statistics"
+	}
+	if err := p.unmount(); err != nil {
+		return f, err
+	}
+
+	for _, o := range []struct {
+		name string
+		opt  string
+		dst  *bool
+	}{
+		{"userxattr", "userxattr", &f.Userxattr},
+		{"strict_upper", "strict_upper", &f.StrictUpper},
+		{"fsync_strict", "fsync=strict", &f.FsyncStrict},
+	} {
+		p, err := newProbeDirs(base, o.name, 2)
+		if err != nil {
+			return f, err
+		}
+		if err := p.try(append(append([]string{}, opts...), o.opt)); err != nil {
+			f.Notes[o.name] = err.Error()
+			continue
+		}
+		*o.dst = true
+		if err := p.unmount(); err != nil {
+			return f, err
+		}
+	}
+
+	p, err = newProbeDirs(base, "fsconfig", 2)
+	if err != nil {
+		return f, err
+	}
+	if err := probeLowerdirPlus(p, opts); err != nil {
+		f.Notes["new_mount_api"] = err.Error()
+	} else {
+		f.NewMountAPI = true
+	}
+	return f, nil
+}
+
+type probeDirs struct {
+	lower        []string
+	upper, work  string
+	merged       string
+	mountedState bool
+}
+
+func newProbeDirs(base, name string, nLower int) (*probeDirs, error) {
+	d := filepath.Join(base, name)
+	p := &probeDirs{upper: filepath.Join(d, "upper"), work: filepath.Join(d, "work"), merged: filepath.Join(d, "merged")}
+	for i := 0; i < nLower; i++ {
+		p.lower = append(p.lower, filepath.Join(d, fmt.Sprintf("lower%d", i)))
+	}
+	for _, x := range append([]string{p.upper, p.work, p.merged}, p.lower...) {
+		if err := os.MkdirAll(x, 0o755); err != nil {
+			return nil, fmt.Errorf("probe directory: %w", err)
+		}
+	}
+	return p, nil
+}
+
+func (p *probeDirs) config(opts []string) Config {
+	return Config{Lower: p.lower, Upper: p.upper, Work: p.work, Options: opts}
+}
+
+func (p *probeDirs) try(opts []string) error {
+	if err := (Mounter{}).Mount(p.merged, p.config(opts), false); err != nil {
+		return err
+	}
+	p.mountedState = true
+	return nil
+}
+
+func (p *probeDirs) unmount() error {
+	if !p.mountedState {
+		return nil
+	}
+	p.mountedState = false
+	return Unmount(p.merged, true)
+}
+
+func probeMetacopy(p *probeDirs) (bool, error) {
+	if err := os.Chmod(filepath.Join(p.merged, "file"), 0o600); err != nil {
+		return false, fmt.Errorf("metacopy probe chmod: %w", err)
+	}
+	_, err := unix.Lgetxattr(filepath.Join(p.upper, "file"), Trusted.Name(XattrMetacopy), nil)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENODATA):
+		return false, nil
+	default:
+		return false, fmt.Errorf("metacopy probe getxattr: %w", err)
+	}
+}
+
+func probeRedirect(p *probeDirs) (bool, error) {
+	err := os.Rename(filepath.Join(p.merged, "dir1"), filepath.Join(p.merged, "dir2"))
+	if errors.Is(err, unix.EXDEV) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("redirect_dir probe rename: %w", err)
+	}
+	_, err = unix.Lgetxattr(filepath.Join(p.upper, "dir2"), Trusted.Name(XattrRedirect), nil)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, unix.ENODATA) {
+		return false, nil
+	}
+	return false, fmt.Errorf("redirect_dir probe getxattr: %w", err)
+}
+
+// probeLowerdirPlus builds (but does not attach) an overlay with fsconfig
+// lowerdir+. Kernels before 6.8 either lack fsopen for overlay or pass the
+// unknown key to the legacy parser, which refuses it at create time.
+func probeLowerdirPlus(p *probeDirs, opts []string) error {
+	fd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen: %w", err)
+	}
+	defer unix.Close(fd)
+	for _, l := range p.lower {
+		if err := unix.FsconfigSetString(fd, "lowerdir+", l); err != nil {
+			return fmt.Errorf("fsconfig lowerdir+: %w", err)
+		}
+	}
+	if err := unix.FsconfigSetString(fd, "upperdir", p.upper); err != nil {
+		return fmt.Errorf("fsconfig upperdir: %w", err)
+	}
+	if err := unix.FsconfigSetString(fd, "workdir", p.work); err != nil {
+		return fmt.Errorf("fsconfig workdir: %w", err)
+	}
+	for _, o := range opts {
+		k, v, _ := strings.Cut(o, "=")
+		if err := unix.FsconfigSetString(fd, k, v); err != nil {
+			return fmt.Errorf("fsconfig %s: %w", o, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fd); err != nil {
+		return fmt.Errorf("fsconfig create: %w", err)
+	}
+	return nil
+}
+
+// SupportsDType reports whether readdir on dir's filesystem fills in
+// d_type. Go's os.ReadDir hides DT_UNKNOWN by falling back to lstat, so
+// the raw getdents64 records are read here.
+func SupportsDType(dir string) (bool, error) {
+	d, err := os.MkdirTemp(dir, "dtype-")
+	if err != nil {
+		return false, fmt.Errorf("d_type probe: %w", err)
+	}
+	defer os.RemoveAll(d)
+	if err := os.WriteFile(filepath.Join(d, "f"), nil, 0o644); err != nil {
+		return false, fmt.Errorf("d_type probe: %w", err)
+	}
+	fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, fmt.Errorf("d_type probe: %w", err)
+	}
+	defer unix.Close(fd)
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return false, fmt.Errorf("d_type probe getdents: %w", err)
+		}
+		if n == 0 {
+			return false, errors.New("d_type probe: file not listed")
+		}
+		if typ, ok := direntType(buf[:n], "f"); ok {
+			return typ != unix.DT_UNKNOWN, nil
+		}
+	}
+}
+
+// direntType finds name in linux_dirent64 records (ino u64, off s64,
+// reclen u16, type u8, name NUL-terminated).
+func direntType(buf []byte, name string) (uint8, bool) {
+	for len(buf) >= 19 {
+		reclen := int(binary.NativeEndian.Uint16(buf[16:18]))
+		if reclen < 19 || reclen > len(buf) {
+			return 0, false
+		}
+		typ := buf[18]
+		nm := buf[19:reclen]
+		if i := indexByte(nm, 0); i >= 0 {
+			nm = nm[:i]
+		}
+		if string(nm) == name {
+			return typ, true
+		}
+		buf = buf[reclen:]
+	}
+	return 0, false
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
