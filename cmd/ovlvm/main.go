@@ -1,0 +1,480 @@
+// Command ovlvm boots ovlkit kernels in QEMU and runs the guest test
+// suites there.
+//
+//	ovlvm run      [flags]   one kernel, print the results table
+//	ovlvm test     [flags]   patched and stock kernels side by side; proof
+//	                         tests must fail on stock and pass on patched
+//	ovlvm selftest [flags]   show that the harness catches a failing guest
+//	                         test and a kernel WARN
+//
+// Kernels are named like scripts/kernel.sh names trees (stock, patched, or a
+// development tree) or given as a path to a bzImage.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ovlkit/ovlkit/vm"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = cmdRun(ctx, os.Args[2:])
+	case "test":
+		err = cmdTest(ctx, os.Args[2:])
+	case "selftest":
+		err = cmdSelftest(ctx, os.Args[2:])
+	case "-h", "-help", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "ovlvm: unknown command %q\n", os.Args[1])
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ovlvm:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: ovlvm run|test|selftest [flags]  (ovlvm CMD -h for flags)")
+	os.Exit(2)
+}
+
+// options are the flags every command shares.
+type options struct {
+	top      string
+	cache    string
+	pkgs     multiFlag
+	run      string
+	bench    string
+	fs       string
+	accel    string
+	mem      int
+	timeout  time.Duration
+	testTime time.Duration
+	junit    string
+	jsonOut  string
+	verbose  bool
+	env      multiFlag
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func (o *options) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.top, "C", ".", "ovlkit source tree")
+	fs.StringVar(&o.cache, "cache", defaultCache(), "cache directory (initramfs, accelerator probe, run dirs)")
+	fs.Var(&o.pkgs, "pkg", "guest test package pattern (repeatable; default ./tests/guest/...)")
+	fs.StringVar(&o.run, "run", "", "run only guest tests matching this regexp")
+	fs.StringVar(&o.bench, "bench", "", "run guest benchmarks matching this regexp")
+	fs.StringVar(&o.fs, "fs", strings.Join(vm.DiskFilesystems, ","), "disk filesystems to attach (tmpfs is always there)")
+	fs.StringVar(&o.accel, "accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
+	fs.IntVar(&o.mem, "mem", 512, "guest memory in MiB")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "timeout for each VM")
+	fs.DurationVar(&o.testTime, "test-timeout", 10*time.Minute, "timeout for each guest test binary")
+	fs.StringVar(&o.junit, "junit", "", "write a JUnit XML report here")
+	fs.StringVar(&o.jsonOut, "json", "", "write go test -json events here")
+	fs.BoolVar(&o.verbose, "v", false, "show the guest console")
+	fs.Var(&o.env, "env", "KEY=VALUE for the guest tests (repeatable)")
+}
+
+func defaultCache() string {
+	if c := os.Getenv("CACHE"); c != "" {
+		return c
+	}
+	if c := os.Getenv("XDG_CACHE_HOME"); c != "" {
+		return filepath.Join(c, "ovlkit")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "ovlkit")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// harness holds what every run of one invocation shares.
+type harness struct {
+	o         options
+	goBin     string
+	qemu      string
+	initramfs string
+	pkgs      []vm.Package
+	accel     vm.Accelerator
+	runRoot   string
+}
+
+func newHarness(ctx context.Context, o options, probeKernel string) (*harness, error) {
+	h := &harness{o: o}
+	var err error
+	if h.o.top, err = filepath.Abs(o.top); err != nil {
+		return nil, err
+	}
+	if h.goBin, err = exec.LookPath("go"); err != nil {
+		return nil, errors.New("go not found on PATH (needed to build guest tests)")
+	}
+	if h.qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+		return nil, errors.New("qemu-system-x86_64 not found (run scripts/deps.sh)")
+	}
+	if err := os.MkdirAll(o.cache, 0o755); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	progress("initramfs: u-root core image (cached by content)")
+	if h.initramfs, err = vm.CoreInitramfs(h.o.top, filepath.Join(o.cache, "initramfs"), os.Stderr); err != nil {
+		return nil, err
+	}
+	progress("initramfs: %s (%.1fs)", filepath.Base(h.initramfs), time.Since(t0).Seconds())
+	patterns := []string(o.pkgs)
+	if len(patterns) == 0 {
+		patterns = []string{"./tests/guest/..."}
+	}
+	t0 = time.Now()
+	if h.pkgs, err = vm.ListGuestPackages(ctx, h.goBin, h.o.top, patterns...); err != nil {
+		return nil, err
+	}
+	h.runRoot, err = os.MkdirTemp(o.cache, "run-")
+	if err != nil {
+		return nil, err
+	}
+	if err := vm.BuildTests(ctx, h.goBin, h.o.top, filepath.Join(h.runRoot, "bin"), h.pkgs); err != nil {
+		return nil, err
+	}
+	progress("guest tests: %d packages built (%.1fs)", len(h.pkgs), time.Since(t0).Seconds())
+	switch o.accel {
+	case "tcg":
+		h.accel = vm.TCG
+	case "kvm":
+		h.accel = vm.KVM
+	case "auto":
+		var why string
+		h.accel, why = vm.DetectAccel(ctx, h.qemu, probeKernel, filepath.Join(o.cache, "accel"))
+		progress("accelerator: %s (%s)", h.accel, why)
+	default:
+		return nil, fmt.Errorf("-accel %q: want auto, kvm or tcg", o.accel)
+	}
+	return h, nil
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "ovlvm: "+format+"\n", args...)
+}
+
+// resolveKernel maps a tree name to its bzImage through scripts/kernel.sh.
+func resolveKernel(top, name string) (string, error) {
+	if strings.Contains(name, "/") {
+		if _, err := os.Stat(name); err != nil {
+			return "", fmt.Errorf("kernel %s: %w", name, err)
+		}
+		return filepath.Abs(name)
+	}
+	out, err := exec.Command(filepath.Join(top, "scripts", "kernel.sh"), "path", name).Output()
+	if err != nil {
+		return "", fmt.Errorf("kernel.sh path %s: %w", name, err)
+	}
+	p := strings.TrimSpace(string(out))
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("kernel %q is not built (%s missing): run scripts/kernel.sh build %s", name, p, name)
+	}
+	return p, nil
+}
+
+func (h *harness) config(label, kernel string, stock bool, extraEnv map[string]string) (vm.Config, error) {
+	env := map[string]string{"OVLKIT_TEST_TIMEOUT": h.o.testTime.String()}
+	if h.o.run != "" {
+		env["OVLKIT_RUN"] = h.o.run
+	}
+	if h.o.bench != "" {
+		env["OVLKIT_BENCH"] = h.o.bench
+	}
+	for _, kv := range h.o.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return vm.Config{}, fmt.Errorf("-env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	for k, v := range extraEnv {
+		env[k] = v
+	}
+	var fss []string
+	for _, f := range strings.Split(h.o.fs, ",") {
+		if f = strings.TrimSpace(f); f != "" && f != "tmpfs" {
+			fss = append(fss, f)
+		}
+	}
+	var console io.Writer
+	if h.o.verbose {
+		console = prefixWriter(os.Stderr, label)
+	}
+	return vm.Config{
+		Label:       label,
+		Kernel:      kernel,
+		Initramfs:   h.initramfs,
+		Packages:    h.pkgs,
+		Stock:       stock,
+		Filesystems: fss,
+		Env:         env,
+		QEMU:        h.qemu,
+		Accel:       h.accel,
+		MemoryMB:    h.o.mem,
+		Timeout:     h.o.timeout,
+		WorkDir:     filepath.Join(h.runRoot, label),
+		GoBin:       h.goBin,
+		Progress:    os.Stderr,
+		Console:     console,
+	}, nil
+}
+
+type linePrefixer struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+}
+
+func prefixWriter(w io.Writer, label string) io.Writer {
+	return &linePrefixer{w: w, prefix: label + "| "}
+}
+
+func (p *linePrefixer) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := fmt.Fprint(p.w, p.prefix+string(b))
+	return len(b), err
+}
+
+// report prints the table, writes the machine formats, and turns the
+// verdict into the command's error.
+func (h *harness) report(results ...*vm.Result) error {
+	subjects, err := vm.SeriesSubjects(filepath.Join(h.o.top, "patches", "6.1"))
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		r.CheckProofs(subjects)
+	}
+	fmt.Println()
+	vm.WriteTable(os.Stdout, results...)
+	if h.o.junit != "" {
+		b, err := vm.JUnit(results...)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(h.o.junit, b, 0o644); err != nil {
+			return err
+		}
+		progress("JUnit report: %s", h.o.junit)
+	}
+	if h.o.jsonOut != "" {
+		if err := vm.WriteJSON(h.o.jsonOut, results...); err != nil {
+			return err
+		}
+		progress("go test -json events: %s", h.o.jsonOut)
+	}
+	var failed []string
+	for _, r := range results {
+		if !r.OK() {
+			failed = append(failed, r.Label)
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("guest suite failed on: %s", strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	var o options
+	o.register(fs)
+	kernelName := fs.String("kernel", "patched", "kernel: stock, patched, a tree name, or a bzImage path")
+	stock := fs.Bool("stock", false, "judge as the stock kernel (proof tests must fail); default: true for -kernel stock")
+	fs.Parse(args)
+	kernel, err := resolveKernel(o.top, *kernelName)
+	if err != nil {
+		return err
+	}
+	h, err := newHarness(ctx, o, kernel)
+	if err != nil {
+		return err
+	}
+	label := *kernelName
+	if strings.Contains(label, "/") {
+		label = "kernel"
+	}
+	c, err := h.config(label, kernel, *stock || *kernelName == "stock", nil)
+	if err != nil {
+		return err
+	}
+	res, err := vm.Run(ctx, c)
+	if err != nil {
+		return err
+	}
+	return h.report(res)
+}
+
+func cmdTest(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("test", flag.ExitOnError)
+	var o options
+	o.register(fs)
+	patched := fs.String("patched", "patched", "patched kernel")
+	stock := fs.String("stock", "stock", "stock kernel")
+	fs.Parse(args)
+	pk, err := resolveKernel(o.top, *patched)
+	if err != nil {
+		return err
+	}
+	sk, err := resolveKernel(o.top, *stock)
+	if err != nil {
+		return err
+	}
+	h, err := newHarness(ctx, o, pk)
+	if err != nil {
+		return err
+	}
+	pc, err := h.config("patched", pk, false, nil)
+	if err != nil {
+		return err
+	}
+	sc, err := h.config("stock", sk, true, nil)
+	if err != nil {
+		return err
+	}
+	// Two guests at once use both host cores; each is single-CPU.
+	results := make([]*vm.Result, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, c := range []vm.Config{pc, sc} {
+		wg.Add(1)
+		go func(i int, c vm.Config) {
+			defer wg.Done()
+			results[i], errs[i] = vm.Run(ctx, c)
+		}(i, c)
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return h.report(results...)
+}
+
+// cmdSelftest boots the kernel twice with deliberate faults and requires
+// the harness to report each: a failing guest test, and a kernel WARN (from
+// lkdtm) in a run whose tests all pass.
+func cmdSelftest(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("selftest", flag.ExitOnError)
+	var o options
+	o.register(fs)
+	kernelName := fs.String("kernel", "patched", "kernel to boot")
+	fs.Parse(args)
+	if len(o.pkgs) == 0 {
+		o.pkgs = multiFlag{"./tests/guest/harness"}
+	}
+	kernel, err := resolveKernel(o.top, *kernelName)
+	if err != nil {
+		return err
+	}
+	h, err := newHarness(ctx, o, kernel)
+	if err != nil {
+		return err
+	}
+	cases := []struct {
+		name, inject string
+		want         func(*vm.Result) error
+	}{
+		{"clean", "", func(r *vm.Result) error {
+			if !r.OK() {
+				return fmt.Errorf("clean run failed: %v", r.Problems)
+			}
+			return nil
+		}},
+		{"failing-test", "fail", func(r *vm.Result) error {
+			for _, t := range r.Tests {
+				if t.Status == vm.Fail && strings.Contains(t.Name, "Injected") {
+					return nil
+				}
+			}
+			return errors.New("a deliberately failing guest test was not reported as failed")
+		}},
+		{"kernel-warn", "warn", func(r *vm.Result) error {
+			for _, s := range r.Splats {
+				if s.Kind == "WARNING" {
+					if r.OK() {
+						return errors.New("WARN found but the run still counts as passed")
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("an injected kernel WARN was not reported (problems: %v)", r.Problems)
+		}},
+	}
+	var failures []string
+	var results []*vm.Result
+	for _, tc := range cases {
+		env := map[string]string{}
+		if tc.inject != "" {
+			env["OVLKIT_INJECT"] = tc.inject
+		}
+		c, err := h.config("selftest-"+tc.name, kernel, false, env)
+		if err != nil {
+			return err
+		}
+		res, err := vm.Run(ctx, c)
+		if err != nil {
+			return err
+		}
+		results = append(results, res)
+		verdict := "ok"
+		if err := tc.want(res); err != nil {
+			verdict = "FAILED: " + err.Error()
+			failures = append(failures, tc.name+": "+err.Error())
+		}
+		fmt.Printf("selftest %-13s run %-4s -> %s\n", tc.name, passFail(res.OK()), verdict)
+	}
+	if h.o.junit != "" {
+		b, err := vm.JUnit(results...)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(h.o.junit, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("harness self-test: %s", strings.Join(failures, "; "))
+	}
+	fmt.Println("harness self-test: a failing guest test and a kernel WARN both fail the run")
+	return nil
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}

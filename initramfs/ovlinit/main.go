@@ -1,0 +1,232 @@
+// Command ovlinit runs inside the ovlkit guest as u-root's uinit: it runs
+// every test binary the host packed into the initramfs, streams their output
+// and the kernel log to the host over a virtio console, and powers off.
+//
+// The host reads the stream with package vm (vm/protocol.go). Lines are
+// plain text; records the host must recognise start with the protocol tag
+// so they cannot be confused with test output.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Keep in sync with vm/protocol.go.
+const (
+	tag          = "\x1eovlkit "
+	manifestPath = "/ovlkit/manifest"
+	resultsPort  = "/dev/hvc0"
+)
+
+func main() {
+	log.SetPrefix("ovlinit: ")
+	log.SetFlags(0)
+	err := run()
+	if err != nil {
+		log.Print(err)
+	}
+	unix.Sync()
+	// Power off rather than returning to init: returning would start a
+	// shell and the host would wait for its timeout.
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		log.Printf("power off: %v", err)
+	}
+	select {}
+}
+
+func run() error {
+	mountKernelFS()
+	out, err := openResults()
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	w := bufio.NewWriter(out)
+	defer w.Flush()
+
+	fmt.Fprintf(w, "%sstart %s\n", tag, uname())
+	entries, err := readManifest(manifestPath)
+	if err != nil {
+		fmt.Fprintf(w, "%serror %v\n", tag, err)
+		return err
+	}
+	timeout := durationEnv("OVLKIT_TEST_TIMEOUT", 10*time.Minute)
+	for _, e := range entries {
+		runBinary(w, e, timeout)
+		w.Flush()
+	}
+	dumpKmsg(w)
+	fmt.Fprintf(w, "%sdone\n", tag)
+	return nil
+}
+
+// mountKernelFS mounts what tests expect beyond u-root's /proc, /sys, /dev
+// and /tmp. Failures are logged, not fatal: a kernel without tracing still
+// runs the tests that do not need it.
+func mountKernelFS() {
+	for _, m := range []struct{ src, dir, fstype string }{
+		{"debugfs", "/sys/kernel/debug", "debugfs"},
+		{"tracefs", "/sys/kernel/tracing", "tracefs"},
+	} {
+		if err := unix.Mount(m.src, m.dir, m.fstype, 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			log.Printf("mount %s on %s: %v", m.fstype, m.dir, err)
+		}
+	}
+}
+
+func openResults() (*os.File, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f, err := os.OpenFile(resultsPort, os.O_WRONLY, 0)
+		if err == nil {
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("open results port: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func uname() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Version[:])
+}
+
+// An entry is one test binary: its import path, the binary and the
+// directory the test runs in (the package directory, for testdata).
+type entry struct {
+	pkg, binary, dir string
+}
+
+func readManifest(path string) ([]entry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	var out []entry
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("manifest line %q: want 3 tab-separated fields", line)
+		}
+		out = append(out, entry{f[0], f[1], f[2]})
+	}
+	return out, nil
+}
+
+func durationEnv(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+		log.Printf("ignoring %s=%q: not a duration", name, v)
+	}
+	return def
+}
+
+// runBinary runs one test binary with its output framed by begin and end
+// records. The test's own -test.timeout makes a hung test panic with a
+// goroutine dump; the context kill is the backstop when even that hangs.
+func runBinary(w io.Writer, e entry, timeout time.Duration) {
+	args := []string{
+		"-test.v=test2json",
+		"-test.count=1",
+		"-test.timeout=" + timeout.String(),
+		"-test.run=" + envOr("OVLKIT_RUN", "."),
+		"-test.bench=" + envOr("OVLKIT_BENCH", "^$"),
+	}
+	if v := os.Getenv("OVLKIT_BENCHTIME"); v != "" {
+		args = append(args, "-test.benchtime="+v)
+	}
+	if v := os.Getenv("OVLKIT_BENCHCOUNT"); v != "" {
+		args = append(args, "-test.count="+v)
+	}
+	fmt.Fprintf(w, "%sbegin %s\n", tag, e.pkg)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.binary, args...)
+	cmd.Dir = e.dir
+	cmd.Stdout = w
+	cmd.Stderr = w
+	cmd.Env = append(os.Environ(), "TMPDIR=/tmp")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	start := time.Now()
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		code = -1
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		}
+		fmt.Fprintf(w, "\n%snote %s: %v\n", tag, e.pkg, err)
+	}
+	fmt.Fprintf(w, "\n%send %s %d %.3f\n", tag, e.pkg, code, time.Since(start).Seconds())
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// dumpKmsg copies the whole kernel log buffer to the host, so it can look
+// for splats the console log level hid.
+func dumpKmsg(w io.Writer) {
+	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		fmt.Fprintf(w, "%snote kmsg: %v\n", tag, err)
+		return
+	}
+	defer unix.Close(fd)
+	fmt.Fprintf(w, "%skmsg\n", tag)
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Read(fd, buf)
+		if errors.Is(err, unix.EPIPE) {
+			continue
+		}
+		if err != nil {
+			break
+		}
+		fmt.Fprintln(w, formatKmsg(string(buf[:n])))
+	}
+	fmt.Fprintf(w, "%skmsg-end\n", tag)
+}
+
+// formatKmsg turns "6,1234,5678901,-;text\n SUBSYSTEM=..." into
+// "[    5.678901] text", the form dmesg prints.
+func formatKmsg(rec string) string {
+	head, msg, ok := strings.Cut(rec, ";")
+	if !ok {
+		return strings.TrimRight(rec, "\n")
+	}
+	msg, _, _ = strings.Cut(msg, "\n")
+	f := strings.Split(head, ",")
+	if len(f) < 3 {
+		return msg
+	}
+	var usec int64
+	fmt.Sscan(f[2], &usec)
+	return fmt.Sprintf("[%5d.%06d] %s", usec/1e6, usec%1e6, msg)
+}

@@ -1,0 +1,55 @@
+package vm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// DiskFilesystems are the disk-backed upper filesystems the guest can use.
+var DiskFilesystems = []string{"ext4", "xfs", "btrfs"}
+
+// diskSize is large enough for every mkfs's minimum (xfs wants 300 MiB) and
+// for the tests; the images are sparse, so unused space costs nothing.
+const diskSize = 1 << 30
+
+var mkfs = map[string][]string{
+	"ext4":  {"mkfs.ext4", "-q", "-F"},
+	"xfs":   {"mkfs.xfs", "-q", "-f"},
+	"btrfs": {"mkfs.btrfs", "-q", "-f"},
+}
+
+// makeDisk creates a sparse image in dir formatted with fs.
+func makeDisk(ctx context.Context, dir, fs string) (string, error) {
+	cmdline, ok := mkfs[fs]
+	if !ok {
+		return "", fmt.Errorf("no disk filesystem %q (have ext4, xfs, btrfs)", fs)
+	}
+	img := filepath.Join(dir, fs+".img")
+	f, err := os.Create(img)
+	if err != nil {
+		return "", err
+	}
+	if err := f.Truncate(diskSize); err != nil {
+		f.Close()
+		return "", err
+	}
+	f.Close()
+	cmd := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], img)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s %s: %v: %s (is %s installed?)", cmdline[0], img, err, out, cmdline[0])
+	}
+	return img, nil
+}
+
+// diskArgs attaches img as a virtio disk whose serial names its filesystem;
+// the guest maps disks by serial (tests/guest/guesttest), not probe order.
+func diskArgs(i int, fs, img string) []string {
+	id := fmt.Sprintf("disk%d", i)
+	return []string{
+		"-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe", img, id),
+		"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,serial=ovlkit-%s", id, fs),
+	}
+}

@@ -1,0 +1,170 @@
+package vm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/u-root/mkuimage/cpio"
+)
+
+// GuestTag is the build tag of guest-only test packages.
+const GuestTag = "ovlkit_guest"
+
+// A Package is one guest test binary built on the host.
+type Package struct {
+	ImportPath string
+	Binary     string // host path of the compiled test binary
+	Dir        string // host package directory (its testdata/ goes along)
+}
+
+// ListGuestPackages resolves package patterns (e.g. ./tests/guest/...) in
+// moduleDir to the packages that have tests.
+func ListGuestPackages(ctx context.Context, goBin, moduleDir string, patterns ...string) ([]Package, error) {
+	args := append([]string{"list", "-tags", GuestTag, "-f",
+		"{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}\t{{.Dir}}{{end}}"}, patterns...)
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = moduleDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list %s: %v: %s", strings.Join(patterns, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	var pkgs []Package
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		ip, dir, _ := strings.Cut(line, "\t")
+		pkgs = append(pkgs, Package{ImportPath: ip, Dir: dir})
+	}
+	if len(pkgs) == 0 {
+		return nil, fmt.Errorf("no test packages match %s", strings.Join(patterns, " "))
+	}
+	return pkgs, nil
+}
+
+// BuildTests compiles each package's test binary into outDir. The binaries
+// are static (CGO_ENABLED=0): the guest has no C library.
+func BuildTests(ctx context.Context, goBin, moduleDir, outDir string, pkgs []Package) error {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	for i := range pkgs {
+		p := &pkgs[i]
+		name := strings.NewReplacer("/", "_", ".", "_").Replace(p.ImportPath) + ".test"
+		p.Binary = filepath.Join(outDir, name)
+		cmd := exec.CommandContext(ctx, goBin, "test", "-c", "-tags", GuestTag,
+			"-o", p.Binary, p.ImportPath)
+		cmd.Dir = moduleDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("build test binary for %s: %v\n%s", p.ImportPath, err, out)
+		}
+	}
+	return nil
+}
+
+// writeTestsCPIO writes a newc archive with the test binaries, their
+// testdata directories and the manifest ovlinit reads.
+func writeTestsCPIO(w io.Writer, pkgs []Package) error {
+	cw := cpio.Newc.Writer(w)
+	var recs []cpio.Record
+	var manifest strings.Builder
+	dirs := map[string]bool{}
+	addDirs := func(p string) {
+		for d := path.Dir(p); d != "." && d != "/" && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	for _, p := range pkgs {
+		bin, err := os.ReadFile(p.Binary)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p.Binary, err)
+		}
+		name := "ovlkit/bin/" + filepath.Base(p.Binary)
+		addDirs(name)
+		recs = append(recs, cpio.StaticRecord(bin, cpio.Info{Name: name, Mode: 0o100755}))
+		wd := "ovlkit/pkg/" + p.ImportPath
+		addDirs(wd + "/x")
+		td := filepath.Join(p.Dir, "testdata")
+		if fi, err := os.Stat(td); err == nil && fi.IsDir() {
+			err := filepath.Walk(td, func(hp string, fi os.FileInfo, err error) error {
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(p.Dir, hp)
+				gp := wd + "/" + filepath.ToSlash(rel)
+				switch {
+				case fi.IsDir():
+					dirs[gp] = true
+				case fi.Mode().IsRegular():
+					b, err := os.ReadFile(hp)
+					if err != nil {
+						return err
+					}
+					addDirs(gp)
+					recs = append(recs, cpio.StaticRecord(b, cpio.Info{Name: gp, Mode: 0o100000 | uint64(fi.Mode().Perm())}))
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("pack testdata of %s: %w", p.ImportPath, err)
+			}
+		}
+		fmt.Fprintf(&manifest, "%s\t/%s\t/%s\n", p.ImportPath, name, wd)
+	}
+	recs = append(recs, cpio.StaticFile("ovlkit/manifest", manifest.String(), 0o644))
+	dirList := make([]string, 0, len(dirs))
+	for d := range dirs {
+		dirList = append(dirList, d)
+	}
+	sort.Strings(dirList)
+	var all []cpio.Record
+	for _, d := range dirList {
+		all = append(all, cpio.Directory(d, 0o755))
+	}
+	all = append(all, recs...)
+	if err := cpio.WriteRecords(cw, all); err != nil {
+		return fmt.Errorf("write tests cpio: %w", err)
+	}
+	return cpio.WriteTrailer(cw)
+}
+
+// writeInitrd concatenates the cached core image and the tests archive. The
+// kernel unpacks concatenated newc archives in order; the padding keeps the
+// second archive 4-byte aligned as the unpacker requires.
+func writeInitrd(dst, core string, pkgs []Package) error {
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	c, err := os.Open(core)
+	if err != nil {
+		return fmt.Errorf("open initramfs %s: %w", core, err)
+	}
+	defer c.Close()
+	n, err := io.Copy(f, c)
+	if err != nil {
+		return fmt.Errorf("copy initramfs: %w", err)
+	}
+	if pad := (512 - n%512) % 512; pad > 0 {
+		if _, err := f.Write(make([]byte, pad)); err != nil {
+			return err
+		}
+	}
+	if err := writeTestsCPIO(f, pkgs); err != nil {
+		return err
+	}
+	return f.Close()
+}

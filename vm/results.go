@@ -1,0 +1,253 @@
+package vm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Event is one go test -json event (cmd/test2json's format).
+type Event struct {
+	Time    time.Time `json:",omitempty"`
+	Action  string
+	Package string  `json:",omitempty"`
+	Test    string  `json:",omitempty"`
+	Elapsed float64 `json:",omitempty"`
+	Output  string  `json:",omitempty"`
+}
+
+// Status of one test after the harness has judged it.
+type Status string
+
+const (
+	Pass Status = "pass"
+	Fail Status = "fail"
+	Skip Status = "skip"
+	// ExpectedFail is a test that proves a patch failing on the stock
+	// kernel, which is what it is for.
+	ExpectedFail Status = "expected-fail"
+	// UnexpectedPass is a proof test that passes on the stock kernel: it
+	// does not show what its patch changes.
+	UnexpectedPass Status = "unexpected-pass"
+)
+
+// Test is the result of one test or subtest.
+type Test struct {
+	Package string
+	Name    string // full name, e.g. TestCopyUp/ext4/KeepsMode
+	Action  string // pass, fail or skip as the test binary reported it
+	Status  Status
+	Elapsed float64
+	Output  string
+	Proves  []string // patch subjects declared with guesttest.Proves
+	Leaf    bool     // has no subtests
+}
+
+// FS returns the filesystem a test ran on, from its name, or "-".
+func (t *Test) FS() string {
+	for _, part := range strings.Split(t.Name, "/") {
+		switch part {
+		case "tmpfs", "ext4", "xfs", "btrfs", "ramfs":
+			return part
+		}
+	}
+	return "-"
+}
+
+const proofMarker = "ovlkit-proves: "
+
+// toEvents converts one binary's raw -test.v=test2json output to events
+// with the toolchain's own converter.
+func toEvents(goBin, pkg string, raw []byte) ([]Event, error) {
+	cmd := exec.Command(goBin, "tool", "test2json", "-p", pkg)
+	cmd.Stdin = bytes.NewReader(raw)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go tool test2json for %s: %v: %s", pkg, err, stderr.String())
+	}
+	var evs []Event
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("test2json output for %s: %w", pkg, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs, sc.Err()
+}
+
+// collectTests folds events into per-test results.
+func collectTests(evs []Event) []*Test {
+	byKey := map[string]*Test{}
+	var order []*Test
+	get := func(pkg, name string) *Test {
+		k := pkg + "\x00" + name
+		t, ok := byKey[k]
+		if !ok {
+			t = &Test{Package: pkg, Name: name, Leaf: true}
+			byKey[k] = t
+			order = append(order, t)
+		}
+		return t
+	}
+	for _, e := range evs {
+		if e.Test == "" {
+			continue
+		}
+		t := get(e.Package, e.Test)
+		switch e.Action {
+		case "output":
+			t.Output += e.Output
+			if i := strings.Index(e.Output, proofMarker); i >= 0 {
+				subj := strings.TrimSpace(e.Output[i+len(proofMarker):])
+				t.Proves = append(t.Proves, subj)
+			}
+		case "pass", "fail", "skip":
+			t.Action = e.Action
+			t.Elapsed = e.Elapsed
+		}
+	}
+	for _, t := range order {
+		if i := strings.LastIndex(t.Name, "/"); i >= 0 {
+			if p, ok := byKey[t.Package+"\x00"+t.Name[:i]]; ok {
+				p.Leaf = false
+			}
+		}
+	}
+	return order
+}
+
+// judge sets each test's Status. On the stock kernel a failing test is
+// expected when it, or an enclosing test, declared a proof, or when all its
+// failing subtests are expected; a test that declared a proof itself and
+// passes is an unexpected pass.
+func judge(tests []*Test, stock bool) {
+	byName := map[string]*Test{}
+	children := map[string][]*Test{}
+	for _, t := range tests {
+		byName[t.Package+"\x00"+t.Name] = t
+		if i := strings.LastIndex(t.Name, "/"); i >= 0 {
+			k := t.Package + "\x00" + t.Name[:i]
+			children[k] = append(children[k], t)
+		}
+	}
+	marked := func(t *Test) bool {
+		name := t.Name
+		for {
+			if p := byName[t.Package+"\x00"+name]; p != nil && len(p.Proves) > 0 {
+				return true
+			}
+			i := strings.LastIndex(name, "/")
+			if i < 0 {
+				return false
+			}
+			name = name[:i]
+		}
+	}
+	var excused func(t *Test) bool
+	excused = func(t *Test) bool {
+		if marked(t) {
+			return true
+		}
+		failing := 0
+		for _, c := range children[t.Package+"\x00"+t.Name] {
+			if c.Action != "fail" {
+				continue
+			}
+			failing++
+			if !excused(c) {
+				return false
+			}
+		}
+		return failing > 0
+	}
+	for _, t := range tests {
+		switch {
+		case t.Action == "" || t.Action == "fail":
+			t.Status = Fail
+			if stock && t.Action == "fail" && excused(t) {
+				t.Status = ExpectedFail
+			}
+		case t.Action == "skip":
+			t.Status = Skip
+		case stock && len(t.Proves) > 0:
+			t.Status = UnexpectedPass
+		default:
+			t.Status = Pass
+		}
+	}
+}
+
+// Summary row: one suite on one filesystem.
+type Row struct {
+	Suite, FS                       string
+	Passed, Failed, Expected, Skips int
+	Seconds                         float64
+}
+
+// Summarize counts leaf tests per (suite, filesystem).
+func Summarize(tests []*Test) []Row {
+	rows := map[[2]string]*Row{}
+	for _, t := range tests {
+		if !t.Leaf {
+			continue
+		}
+		k := [2]string{suiteName(t.Package), t.FS()}
+		r, ok := rows[k]
+		if !ok {
+			r = &Row{Suite: k[0], FS: k[1]}
+			rows[k] = r
+		}
+		switch t.Status {
+		case Pass:
+			r.Passed++
+		case ExpectedFail:
+			r.Expected++
+		case Skip:
+			r.Skips++
+		default:
+			r.Failed++
+		}
+		r.Seconds += t.Elapsed
+	}
+	out := make([]Row, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Suite != out[j].Suite {
+			return out[i].Suite < out[j].Suite
+		}
+		return fsOrder(out[i].FS) < fsOrder(out[j].FS)
+	})
+	return out
+}
+
+func fsOrder(fs string) int {
+	for i, n := range []string{"-", "tmpfs", "ext4", "xfs", "btrfs", "ramfs"} {
+		if fs == n {
+			return i
+		}
+	}
+	return 99
+}
+
+// suiteName shortens an import path to what follows tests/guest/.
+func suiteName(pkg string) string {
+	if i := strings.Index(pkg, "/tests/guest/"); i >= 0 {
+		return pkg[i+len("/tests/guest/"):]
+	}
+	if i := strings.LastIndex(pkg, "/"); i >= 0 {
+		return pkg[i+1:]
+	}
+	return pkg
+}
