@@ -1,0 +1,168 @@
+//go:build ovlkit_guest
+
+// Package opaque proves the opaque-xattr part of the series: stray
+// whiteouts inside opaque directories are hidden and removable, and the
+// value of the opaque xattr is validated instead of silently meaning "not
+// opaque".
+package opaque
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
+)
+
+// Subjects of the patches these tests prove, exactly as in patches/6.1.
+const (
+	subjectHideWhiteouts = "ovl: hide stray whiteouts in opaque directories"
+	subjectValidate      = "ovl: validate the opaque xattr value"
+)
+
+// xattrNS is one namespace overlayfs keeps its private xattrs in.
+type xattrNS struct {
+	name  string   // "trusted" or "user"
+	mount []string // extra mount options selecting it
+}
+
+func (ns xattrNS) opaque() string { return ns.name + ".overlay.opaque" }
+
+var (
+	trustedNS = xattrNS{name: "trusted"}
+	userNS    = xattrNS{name: "user", mount: []string{"userxattr"}}
+)
+
+// namespaces lists the xattr namespaces fs can hold overlay xattrs in.
+// tmpfs gained user.* xattrs only in 6.6, so on 6.1 the userxattr variant
+// needs a disk filesystem.
+func namespaces(fs guesttest.FS) []xattrNS {
+	if fs.Device == "" {
+		return []xattrNS{trustedNS}
+	}
+	return []xattrNS{trustedNS, userNS}
+}
+
+// forEachNS runs fn as a subtest per filesystem and namespace.
+func forEachNS(t *testing.T, fn func(t *testing.T, fs guesttest.FS, ns xattrNS)) {
+	t.Helper()
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		for _, ns := range namespaces(fs) {
+			t.Run(ns.name, func(t *testing.T) { fn(t, fs, ns) })
+		}
+	})
+}
+
+func mkdir(t testing.TB, path string) {
+	t.Helper()
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatalf("mkdir %s: %v", path, err)
+	}
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+// whiteout makes the 0/0 character device overlayfs uses as a whiteout,
+// the way layer tools write one straight into a layer.
+func whiteout(t testing.TB, path string) {
+	t.Helper()
+	if err := unix.Mknod(path, unix.S_IFCHR, int(unix.Mkdev(0, 0))); err != nil {
+		t.Fatalf("mknod whiteout %s: %v", path, err)
+	}
+}
+
+func setXattr(t testing.TB, path, name, value string) {
+	t.Helper()
+	if err := unix.Lsetxattr(path, name, []byte(value), 0); err != nil {
+		t.Fatalf("setxattr %s=%q on %s: %v", name, value, path, err)
+	}
+}
+
+// names lists dir sorted, failing the test on error.
+func names(t testing.TB, dir string) []string {
+	t.Helper()
+	got, err := readNames(dir)
+	if err != nil {
+		t.Fatalf("readdir %s: %v", dir, err)
+	}
+	return got
+}
+
+func readNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	got, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(got)
+	return got, nil
+}
+
+func expectNames(t testing.TB, dir string, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	if got := names(t, dir); !slices.Equal(got, want) {
+		t.Errorf("readdir %s = %q, want %q", dir, got, want)
+	}
+}
+
+// expectENOENT checks that path does not exist, with the errno the
+// kernel gives rather than any error.
+func expectENOENT(t testing.TB, path string) {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); !errors.Is(err, unix.ENOENT) {
+		t.Errorf("lstat %s: err %v (mode %o), want ENOENT", path, err, st.Mode)
+	}
+}
+
+// isWhiteout reports whether path is a 0/0 character device.
+func isWhiteout(t testing.TB, path string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		t.Fatalf("lstat %s: %v", path, err)
+	}
+	return st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+}
+
+// kmsgMatches returns the kernel messages logged since the last read that
+// contain every one of parts. Overlayfs prints its warnings from the
+// syscall that triggers them, so no waiting is needed.
+func kmsgMatches(t testing.TB, k *guesttest.Kmsg, parts ...string) (match, all []string) {
+	t.Helper()
+	for _, l := range k.Lines(t) {
+		all = append(all, l)
+		ok := true
+		for _, p := range parts {
+			if !strings.Contains(l, p) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			match = append(match, l)
+		}
+	}
+	return match, all
+}
+
+// merged returns the path of name inside the overlay.
+func merged(l guesttest.Layers, name ...string) string {
+	return filepath.Join(append([]string{l.Merged}, name...)...)
+}
