@@ -1,0 +1,859 @@
+package layer
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	whiteoutPrefix = ".wh."
+	// whiteoutMetaPrefix starts the names AUFS kept its own bookkeeping
+	// under; such entries describe nothing in the layer.
+	whiteoutMetaPrefix = whiteoutPrefix + whiteoutPrefix
+	whiteoutOpaque     = whiteoutMetaPrefix + ".opq"
+
+	// copyBufSize is large enough that a typical file is one read and
+	// one write, small enough to keep per-Apply memory flat.
+	copyBufSize = 1 << 20
+	// holeBlock is the granularity at which runs of zeros are skipped
+	// instead of written, leaving holes as sparse tar entries intend.
+	holeBlock = 4096
+	// maxCachedDirs bounds the open directory descriptors kept between
+	// entries; tars list siblings together, so a few suffice.
+	maxCachedDirs = 64
+)
+
+var zeroBlock [holeBlock]byte
+
+type dirTimes struct {
+	atime, mtime unix.Timespec
+}
+
+// applier holds the state of one Apply call.
+type applier struct {
+	ctx    context.Context
+	root   string
+	rootFd int
+	opts   ApplyOptions
+	prefix string // overlay xattr prefix for opaque markers
+	lowers *fsView
+
+	// dirs caches descriptors of directories beneath root by their
+	// cleaned relative path ("" is root). It is flushed whenever a
+	// directory or symlink is removed, since a cached path could then name
+	// a different directory than the descriptor.
+	dirs map[string]int
+	// retired holds descriptors dropped from dirs during the current
+	// entry; callers may still hold them, so they close between entries.
+	retired []int
+	times   map[string]dirTimes // directory times to set once all entries are in
+	dirty map[string]bool     // directories to fsync when opts.Sync
+	buf   []byte
+	size  int64
+}
+
+func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (int64, error) {
+	prefix, err := opts.Whiteouts.xattrPrefix()
+	if err != nil {
+		return 0, err
+	}
+	rootFd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("layer: open apply root %s: %w", root, err)
+	}
+	a := &applier{
+		ctx:    ctx,
+		root:   root,
+		rootFd: rootFd,
+		opts:   opts,
+		prefix: prefix,
+		dirs:   make(map[string]int),
+		times:  make(map[string]dirTimes),
+		dirty:  make(map[string]bool),
+		buf:    make([]byte, copyBufSize),
+	}
+	if len(opts.Lowers) > 0 {
+		a.lowers = &fsView{layers: opts.Lowers, prefix: prefix}
+	}
+	defer a.close()
+
+	plain, closeDecomp, err := decompress(r)
+	if err != nil {
+		return 0, fmt.Errorf("layer: %w", err)
+	}
+	defer closeDecomp()
+	tail := &trailerReader{r: plain}
+	tr := tar.NewReader(tail)
+	for {
+		if err := ctx.Err(); err != nil {
+			return a.size, fmt.Errorf("layer: apply: %w", err)
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			if !tail.sawEndMarker() {
+				return a.size, fmt.Errorf("layer: tar stream truncated after %d bytes: %w", tail.n, io.ErrUnexpectedEOF)
+			}
+			break
+		}
+		if err != nil {
+			return a.size, fmt.Errorf("layer: read tar after %d bytes: %w", tail.n, err)
+		}
+		err = a.entry(hdr, tr)
+		a.closeRetired()
+		if err != nil {
+			return a.size, &EntryError{Name: hdr.Name, Err: err}
+		}
+	}
+	// Reading the compressed stream to its end checks its trailer (gzip
+	// CRC, zstd checksum): a corrupted layer must not apply silently just
+	// because the damage sits in the padding after the tar.
+	if _, err := io.Copy(io.Discard, plain); err != nil {
+		return a.size, fmt.Errorf("layer: read past end of tar: %w", err)
+	}
+	if err := a.finish(); err != nil {
+		return a.size, err
+	}
+	return a.size, nil
+}
+
+func (a *applier) close() {
+	a.flushDirs()
+	a.closeRetired()
+	_ = unix.Close(a.rootFd)
+}
+
+// flushDirs forgets every cached directory descriptor.
+func (a *applier) flushDirs() {
+	for k, fd := range a.dirs {
+		a.retired = append(a.retired, fd)
+		delete(a.dirs, k)
+	}
+}
+
+func (a *applier) closeRetired() {
+	for _, fd := range a.retired {
+		_ = unix.Close(fd)
+	}
+	a.retired = a.retired[:0]
+}
+
+// cleanEntryName turns a tar entry name (or hard link target) into a
+// relative path beneath the root, "" for the root itself. Absolute names
+// and any ".." component are refused rather than rewritten: no well-formed
+// layer has them, and guessing what a hostile one meant is how breakouts
+// happen.
+func cleanEntryName(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("empty name: %w", ErrUnsafePath)
+	}
+	if strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("absolute name: %w", ErrUnsafePath)
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", fmt.Errorf("NUL in name: %w", ErrUnsafePath)
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", fmt.Errorf("\"..\" in name: %w", ErrUnsafePath)
+		}
+	}
+	p := path.Clean(name)
+	if p == "." {
+		return "", nil
+	}
+	return p, nil
+}
+
+func splitRel(rel string) (dir, base string) {
+	i := strings.LastIndexByte(rel, '/')
+	if i < 0 {
+		return "", rel
+	}
+	return rel[:i], rel[i+1:]
+}
+
+// openDir returns a descriptor of the directory rel beneath root, creating
+// missing directories on the way. Symlinks inside the tree are followed as
+// the kernel would, but resolution never leaves root (RESOLVE_BENEATH) and
+// never uses /proc magic links.
+func (a *applier) openDir(rel string) (int, error) {
+	if rel == "" {
+		return a.rootFd, nil
+	}
+	if fd, ok := a.dirs[rel]; ok {
+		return fd, nil
+	}
+	fd, err := unix.Openat2(a.rootFd, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOENT) {
+		if err := a.mkparent(rel); err != nil {
+			return -1, err
+		}
+		fd, err = unix.Openat2(a.rootFd, rel, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+		})
+	}
+	if err != nil {
+		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
+			return -1, fmt.Errorf("directory %q resolves outside the root: %w", rel, ErrUnsafePath)
+		}
+		return -1, fmt.Errorf("open directory %q: %w", rel, err)
+	}
+	if len(a.dirs) >= maxCachedDirs {
+		a.flushDirs()
+	}
+	a.dirs[rel] = fd
+	return fd, nil
+}
+
+// mkparent creates the missing directory rel (and its missing parents) the
+// tar did not list. The metadata comes from the lowers when they have the
+// directory, so that the new upper directory shows what the merged view
+// showed before.
+func (a *applier) mkparent(rel string) error {
+	dir, base := splitRel(rel)
+	pfd, err := a.openDir(dir)
+	if err != nil {
+		return err
+	}
+	mode, uid, gid := uint32(0o755), 0, 0
+	var xattrs map[string][]byte
+	var times *dirTimes
+	if a.lowers != nil {
+		n, err := a.lowers.lookupPath(rel)
+		if err != nil {
+			return err
+		}
+		if n.exists && n.isDir() {
+			mode, uid, gid = n.st.Mode&0o7777, int(n.st.Uid), int(n.st.Gid)
+			if xattrs, err = listXattrs(n.path); err != nil {
+				return err
+			}
+			times = &dirTimes{atime: n.st.Atim, mtime: n.st.Mtim}
+		}
+	}
+	if err := unix.Mkdirat(pfd, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("create parent directory %q: %w", rel, err)
+	}
+	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown parent directory %q: %w", rel, err)
+	}
+	if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
+		return fmt.Errorf("chmod parent directory %q: %w", rel, err)
+	}
+	if len(xattrs) > 0 {
+		if err := a.setXattrsAt(pfd, base, xattrs); err != nil {
+			return err
+		}
+	}
+	if times != nil {
+		a.times[rel] = *times
+	}
+	a.dirty[dir] = true
+	a.dirty[rel] = true
+	return nil
+}
+
+// removeAt deletes whatever is at base in directory pfd, recursively for
+// directories, without following symlinks.
+func (a *applier) removeAt(pfd int, base string) error {
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("stat %q: %w", base, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		a.flushDirs()
+		if err := removeTreeAt(pfd, base); err != nil {
+			return err
+		}
+		return nil
+	case unix.S_IFLNK:
+		a.flushDirs()
+	}
+	if err := unix.Unlinkat(pfd, base, 0); err != nil {
+		return fmt.Errorf("remove %q: %w", base, err)
+	}
+	return nil
+}
+
+// removeTreeAt removes the directory base of pfd and everything in it.
+func removeTreeAt(pfd int, base string) error {
+	fd, err := unix.Openat(pfd, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %q for removal: %w", base, err)
+	}
+	f := os.NewFile(uintptr(fd), base)
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		_ = f.Close()
+		return fmt.Errorf("list %q for removal: %w", base, err)
+	}
+	for _, name := range names {
+		err := unix.Unlinkat(fd, name, 0)
+		if errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EPERM) {
+			err = removeTreeAt(fd, name)
+		}
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			_ = f.Close()
+			return fmt.Errorf("remove %q in %q: %w", name, base, err)
+		}
+	}
+	_ = f.Close()
+	if err := unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR); err != nil {
+		return fmt.Errorf("remove directory %q: %w", base, err)
+	}
+	return nil
+}
+
+func timespec(t time.Time) unix.Timespec {
+	return unix.Timespec{Sec: t.Unix(), Nsec: int64(t.Nanosecond())}
+}
+
+func entryTimes(hdr *tar.Header) [2]unix.Timespec {
+	at := hdr.AccessTime
+	if at.IsZero() {
+		at = hdr.ModTime
+	}
+	return [2]unix.Timespec{timespec(at), timespec(hdr.ModTime)}
+}
+
+// entryXattrs extracts the xattrs of hdr, refusing overlayfs' own.
+func entryXattrs(hdr *tar.Header) (map[string][]byte, error) {
+	var out map[string][]byte
+	for k, v := range hdr.PAXRecords {
+		name, ok := strings.CutPrefix(k, paxXattrPrefix)
+		if !ok {
+			continue
+		}
+		if isOverlayXattr(name) {
+			return nil, fmt.Errorf("xattr %s: %w", name, ErrOverlayXattr)
+		}
+		if name == "" {
+			return nil, errors.New("xattr with an empty name")
+		}
+		if out == nil {
+			out = make(map[string][]byte)
+		}
+		out[name] = []byte(v)
+	}
+	return out, nil
+}
+
+func checkIDs(hdr *tar.Header) error {
+	const maxID = 1<<32 - 2 // -1 means "leave unchanged" to chown
+	if hdr.Uid < 0 || hdr.Uid > maxID || hdr.Gid < 0 || hdr.Gid > maxID {
+		return fmt.Errorf("owner %d:%d out of range", hdr.Uid, hdr.Gid)
+	}
+	return nil
+}
+
+func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
+	if hdr.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	rel, err := cleanEntryName(hdr.Name)
+	if err != nil {
+		return err
+	}
+	dir, base := splitRel(rel)
+	if strings.HasPrefix(base, whiteoutPrefix) {
+		return a.whiteout(dir, base, hdr)
+	}
+	if err := checkIDs(hdr); err != nil {
+		return err
+	}
+	xattrs, err := entryXattrs(hdr)
+	if err != nil {
+		return err
+	}
+	if rel == "" {
+		if hdr.Typeflag != tar.TypeDir {
+			return errors.New("the layer root must be a directory")
+		}
+		return a.rootDir(hdr, xattrs)
+	}
+	pfd, err := a.openDir(dir)
+	if err != nil {
+		return err
+	}
+	a.dirty[dir] = true
+	mode := uint32(hdr.Mode) & 0o7777
+	switch hdr.Typeflag {
+	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+		return a.regular(pfd, base, hdr, tr, mode, xattrs)
+	case tar.TypeDir:
+		return a.directory(pfd, rel, base, hdr, mode, xattrs)
+	case tar.TypeSymlink:
+		return a.symlink(pfd, rel, base, hdr, xattrs)
+	case tar.TypeLink:
+		return a.hardlink(pfd, rel, base, hdr)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return a.special(pfd, base, hdr, mode, xattrs)
+	}
+	return fmt.Errorf("type %q: %w", hdr.Typeflag, ErrUnsupportedEntry)
+}
+
+// whiteout converts a .wh. entry: the opaque marker becomes an xattr on
+// its directory, any other name a 0/0 character device owned as the entry
+// says.
+func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
+	if base == whiteoutOpaque {
+		fd, err := a.openDir(dir)
+		if err != nil {
+			return err
+		}
+		if err := unix.Fsetxattr(fd, a.prefix+"opaque", []byte("y"), 0); err != nil {
+			return fmt.Errorf("mark %q opaque: %w", dir, err)
+		}
+		a.dirty[dir] = true
+		return nil
+	}
+	if strings.HasPrefix(base, whiteoutMetaPrefix) {
+		// AUFS bookkeeping (.wh..wh.plnk, .wh..wh.aufs): nothing to apply.
+		return nil
+	}
+	name := base[len(whiteoutPrefix):]
+	if name == "" || name == "." || name == ".." {
+		return ErrInvalidWhiteout
+	}
+	if err := checkIDs(hdr); err != nil {
+		return err
+	}
+	pfd, err := a.openDir(dir)
+	if err != nil {
+		// A whiteout below a path this layer already whited out or
+		// replaced by a file is redundant, not an error.
+		if errors.Is(err, unix.ENOTDIR) {
+			return nil
+		}
+		return err
+	}
+	a.dirty[dir] = true
+	if err := a.removeAt(pfd, name); err != nil {
+		return err
+	}
+	if err := unix.Mknodat(pfd, name, unix.S_IFCHR, 0); err != nil {
+		return fmt.Errorf("create whiteout %q: %w", name, err)
+	}
+	if err := unix.Fchownat(pfd, name, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown whiteout %q: %w", name, err)
+	}
+	return nil
+}
+
+func (a *applier) rootDir(hdr *tar.Header, xattrs map[string][]byte) error {
+	if err := unix.Fchown(a.rootFd, hdr.Uid, hdr.Gid); err != nil {
+		return fmt.Errorf("chown root: %w", err)
+	}
+	if err := unix.Fchmod(a.rootFd, uint32(hdr.Mode)&0o7777); err != nil {
+		return fmt.Errorf("chmod root: %w", err)
+	}
+	if err := a.setXattrsFd(a.rootFd, xattrs); err != nil {
+		return err
+	}
+	t := entryTimes(hdr)
+	a.times[""] = dirTimes{atime: t[0], mtime: t[1]}
+	a.dirty[""] = true
+	return nil
+}
+
+func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte) error {
+	if hdr.Size < 0 {
+		return fmt.Errorf("negative size %d", hdr.Size)
+	}
+	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat(pfd, base, flags, 0o600)
+	if errors.Is(err, unix.EEXIST) {
+		if err = a.removeAt(pfd, base); err != nil {
+			return err
+		}
+		fd, err = unix.Openat(pfd, base, flags, 0o600)
+	}
+	if err != nil {
+		return fmt.Errorf("create: %w", err)
+	}
+	err = a.fillFile(fd, tr, hdr.Size)
+	if err == nil {
+		err = a.setMeta(fd, hdr, mode, xattrs)
+	}
+	if err == nil {
+		t := entryTimes(hdr)
+		err = unix.UtimesNanoAt(pfd, base, t[:], unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil {
+			err = fmt.Errorf("set times: %w", err)
+		}
+	}
+	if err == nil && a.opts.Sync {
+		if err = unix.Fsync(fd); err != nil {
+			err = fmt.Errorf("fsync: %w", err)
+		}
+	}
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		err = fmt.Errorf("close: %w", cerr)
+	}
+	if err == nil {
+		a.size += hdr.Size
+	}
+	return err
+}
+
+// fillFile copies size bytes of r into fd. Whole blocks of zeros are not
+// written, so holes of a sparse entry (which archive/tar hands over as
+// zeros) stay holes; the final truncate gives the file its length.
+func (a *applier) fillFile(fd int, r io.Reader, size int64) error {
+	var off int64
+	holeAtEnd := false
+	for off < size {
+		if err := a.ctx.Err(); err != nil {
+			return err
+		}
+		n := int64(len(a.buf))
+		if size-off < n {
+			n = size - off
+		}
+		m, err := io.ReadFull(r, a.buf[:n])
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("read content at offset %d of %d: %w", off, size, err)
+		}
+		chunk := a.buf[:m]
+		// Walk the chunk in hole-sized blocks, writing each run of
+		// non-zero blocks with one pwrite.
+		start := -1
+		for i := 0; i < len(chunk); i += holeBlock {
+			end := min(i+holeBlock, len(chunk))
+			if bytes.Equal(chunk[i:end], zeroBlock[:end-i]) {
+				if start >= 0 {
+					if err := pwriteAll(fd, chunk[start:i], off+int64(start)); err != nil {
+						return err
+					}
+					start = -1
+				}
+				holeAtEnd = true
+				continue
+			}
+			holeAtEnd = false
+			if start < 0 {
+				start = i
+			}
+		}
+		if start >= 0 {
+			if err := pwriteAll(fd, chunk[start:], off+int64(start)); err != nil {
+				return err
+			}
+		}
+		off += int64(m)
+	}
+	if holeAtEnd {
+		if err := unix.Ftruncate(fd, size); err != nil {
+			return fmt.Errorf("truncate to %d: %w", size, err)
+		}
+	}
+	return nil
+}
+
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if err != nil {
+			return fmt.Errorf("write at offset %d: %w", off, err)
+		}
+		b = b[n:]
+		off += int64(n)
+	}
+	return nil
+}
+
+// setMeta gives an open file its owner, mode and xattrs, in that order:
+// chown clears setuid bits and security.capability, so both come after it.
+func (a *applier) setMeta(fd int, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
+	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+		return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return fmt.Errorf("chmod %o: %w", mode, err)
+	}
+	return a.setXattrsFd(fd, xattrs)
+}
+
+// xattrErr decides whether a failed setxattr fails the layer. A
+// filesystem without support for a namespace (user.* on tmpfs before 6.6)
+// loses that xattr, as with every other unpacker; a lost file capability
+// would silently break the program, so that one is an error.
+func xattrErr(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, unix.EOPNOTSUPP) && name != "security.capability" {
+		return nil
+	}
+	return fmt.Errorf("set xattr %s: %w", name, err)
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (a *applier) setXattrsFd(fd int, xattrs map[string][]byte) error {
+	for _, k := range sortedKeys(xattrs) {
+		if err := xattrErr(k, unix.Fsetxattr(fd, k, xattrs[k], 0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setXattrsAt sets xattrs on base in pfd without following it, through
+// the descriptor's /proc path: there is no fd-relative lsetxattr, and a
+// symlink or device cannot be opened to use fsetxattr.
+func (a *applier) setXattrsAt(pfd int, base string, xattrs map[string][]byte) error {
+	p := "/proc/self/fd/" + strconv.Itoa(pfd) + "/" + base
+	for _, k := range sortedKeys(xattrs) {
+		if err := xattrErr(k, unix.Lsetxattr(p, k, xattrs[k], 0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *applier) directory(pfd int, rel, base string, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
+	err := unix.Mkdirat(pfd, base, 0o700)
+	if errors.Is(err, unix.EEXIST) {
+		var st unix.Stat_t
+		if err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat existing: %w", err)
+		}
+		// An existing directory is kept: it may already hold entries or
+		// an opaque marker from earlier in this tar.
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if err = a.removeAt(pfd, base); err != nil {
+				return err
+			}
+			err = unix.Mkdirat(pfd, base, 0o700)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mkdir: %w", err)
+	}
+	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
+	}
+	if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
+		return fmt.Errorf("chmod %o: %w", mode, err)
+	}
+	if len(xattrs) > 0 {
+		if err := a.setXattrsAt(pfd, base, xattrs); err != nil {
+			return err
+		}
+	}
+	t := entryTimes(hdr)
+	a.times[rel] = dirTimes{atime: t[0], mtime: t[1]}
+	a.dirty[rel] = true
+	return nil
+}
+
+// symlinkEscapes reports whether a relative symlink target, read from the
+// link's directory, climbs above the root. Such links are refused as
+// go-archive refuses them; absolute targets are kept, they are resolved
+// in the container's root when used.
+func symlinkEscapes(rel, target string) bool {
+	if strings.HasPrefix(target, "/") {
+		return false
+	}
+	dir, _ := splitRel(rel)
+	depth := 0
+	if dir != "" {
+		depth = strings.Count(dir, "/") + 1
+	}
+	for _, c := range strings.Split(target, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			depth--
+			if depth < 0 {
+				return true
+			}
+		default:
+			depth++
+		}
+	}
+	return false
+}
+
+func (a *applier) symlink(pfd int, rel, base string, hdr *tar.Header, xattrs map[string][]byte) error {
+	if hdr.Linkname == "" || strings.IndexByte(hdr.Linkname, 0) >= 0 {
+		return fmt.Errorf("symlink target %q: %w", hdr.Linkname, ErrUnsafePath)
+	}
+	if symlinkEscapes(rel, hdr.Linkname) {
+		return fmt.Errorf("symlink to %q: %w", hdr.Linkname, ErrUnsafePath)
+	}
+	err := unix.Symlinkat(hdr.Linkname, pfd, base)
+	if errors.Is(err, unix.EEXIST) {
+		if err = a.removeAt(pfd, base); err != nil {
+			return err
+		}
+		err = unix.Symlinkat(hdr.Linkname, pfd, base)
+	}
+	if err != nil {
+		return fmt.Errorf("symlink: %w", err)
+	}
+	return a.finishAt(pfd, base, hdr, xattrs)
+}
+
+// finishAt sets owner, xattrs and times of a non-regular, non-directory
+// entry by name, never following it.
+func (a *applier) finishAt(pfd int, base string, hdr *tar.Header, xattrs map[string][]byte) error {
+	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
+	}
+	if len(xattrs) > 0 {
+		if err := a.setXattrsAt(pfd, base, xattrs); err != nil {
+			return err
+		}
+	}
+	t := entryTimes(hdr)
+	if err := unix.UtimesNanoAt(pfd, base, t[:], unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("set times: %w", err)
+	}
+	return nil
+}
+
+func (a *applier) hardlink(pfd int, rel, base string, hdr *tar.Header) error {
+	target, err := cleanEntryName(hdr.Linkname)
+	if err != nil {
+		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+	}
+	if target == "" || target == rel {
+		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, ErrUnsafePath)
+	}
+	tdir, tbase := splitRel(target)
+	tfd, err := a.openDir(tdir)
+	if err != nil {
+		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+	}
+	// linkat without AT_SYMLINK_FOLLOW links a symlink itself, never
+	// what it points to, so a link named after a symlink cannot reach
+	// outside the root.
+	err = unix.Linkat(tfd, tbase, pfd, base, 0)
+	if errors.Is(err, unix.EEXIST) {
+		if err = a.removeAt(pfd, base); err != nil {
+			return err
+		}
+		err = unix.Linkat(tfd, tbase, pfd, base, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
+	}
+	return nil
+}
+
+func (a *applier) special(pfd int, base string, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
+	var kind uint32
+	var dev uint64
+	switch hdr.Typeflag {
+	case tar.TypeChar, tar.TypeBlock:
+		if hdr.Devmajor < 0 || hdr.Devmajor > 0xfff || hdr.Devminor < 0 || hdr.Devminor > 0xfffff {
+			return fmt.Errorf("device %d:%d out of range", hdr.Devmajor, hdr.Devminor)
+		}
+		kind = unix.S_IFCHR
+		if hdr.Typeflag == tar.TypeBlock {
+			kind = unix.S_IFBLK
+		}
+		dev = unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
+	default:
+		kind = unix.S_IFIFO
+	}
+	err := unix.Mknodat(pfd, base, kind|mode, int(dev))
+	if errors.Is(err, unix.EEXIST) {
+		if err = a.removeAt(pfd, base); err != nil {
+			return err
+		}
+		err = unix.Mknodat(pfd, base, kind|mode, int(dev))
+	}
+	if err != nil {
+		return fmt.Errorf("mknod: %w", err)
+	}
+	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
+	}
+	// mknod applied the umask; the node is not a symlink, so following
+	// is moot.
+	if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
+		return fmt.Errorf("chmod %o: %w", mode, err)
+	}
+	return a.finishAt(pfd, base, hdr, xattrs)
+}
+
+// finish sets directory times (creating entries inside a directory moves
+// its mtime, so they can only be set last) and, with Sync, flushes every
+// directory the layer touched.
+func (a *applier) finish() error {
+	rels := make([]string, 0, len(a.times))
+	for rel := range a.times {
+		rels = append(rels, rel)
+	}
+	sort.Strings(rels)
+	for _, rel := range rels {
+		t := a.times[rel]
+		ts := []unix.Timespec{t.atime, t.mtime}
+		if rel == "" {
+			if err := unix.UtimesNanoAt(a.rootFd, ".", ts, 0); err != nil {
+				return fmt.Errorf("layer: set times of root: %w", err)
+			}
+			continue
+		}
+		dir, base := splitRel(rel)
+		pfd, err := a.openDir(dir)
+		if err != nil {
+			return fmt.Errorf("layer: set times of %q: %w", rel, err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue // replaced or removed by a later entry
+		}
+		if err := unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("layer: set times of %q: %w", rel, err)
+		}
+	}
+	if !a.opts.Sync {
+		return nil
+	}
+	for rel := range a.dirty {
+		fd, err := a.openDir(rel)
+		a.closeRetired()
+		if err != nil {
+			continue // removed by a later entry
+		}
+		if err := unix.Fsync(fd); err != nil {
+			return fmt.Errorf("layer: fsync %q: %w", filepath.Join(a.root, rel), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,243 @@
+package layer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// fsView resolves paths through a stack of layer directories the way
+// overlayfs merges them: whiteouts hide, opaque directories stop the
+// merge, redirect_dir sends the lookup of a renamed directory to its
+// origin, and a metacopy file takes its data from below. With an empty
+// prefix the layers are plain trees and nothing is interpreted.
+type fsView struct {
+	layers []string // top first
+	prefix string   // "trusted.overlay." or "user.overlay."; "" for plain trees
+}
+
+// dirPart is one directory contributing to a merged directory: the path
+// rel inside layers[layer].
+type dirPart struct {
+	layer int
+	rel   string
+}
+
+// node is a resolved path of a view.
+type node struct {
+	exists bool
+	st     unix.Stat_t // of the topmost entry: the metadata the merge shows
+	path   string      // on-disk path holding the metadata
+	data   string      // on-disk path holding a regular file's content
+	layer  int         // layer index of path
+
+	// For directories: the merged directories, top first.
+	stack []dirPart
+	// opaque and redirected describe the topmost directory.
+	opaque, redirected bool
+}
+
+func (n *node) isDir() bool { return n.exists && n.st.Mode&unix.S_IFMT == unix.S_IFDIR }
+
+// root returns the merged root. The root of every layer takes part;
+// overlayfs does not apply an opaque marker on the root of a layer.
+func (v *fsView) root() (node, error) {
+	n := node{exists: true, st: unix.Stat_t{Mode: unix.S_IFDIR | 0o755}}
+	for i, l := range v.layers {
+		var st unix.Stat_t
+		if err := unix.Lstat(l, &st); err != nil {
+			return node{}, fmt.Errorf("layer root %s: %w", l, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return node{}, fmt.Errorf("layer root %s is not a directory", l)
+		}
+		if i == 0 {
+			n.st, n.path, n.layer = st, l, 0
+		}
+		n.stack = append(n.stack, dirPart{layer: i, rel: ""})
+	}
+	return n, nil
+}
+
+// lookupPath resolves a relative path from the root.
+func (v *fsView) lookupPath(rel string) (node, error) {
+	n, err := v.root()
+	if err != nil {
+		return node{}, err
+	}
+	if rel == "" {
+		return n, nil
+	}
+	for _, c := range strings.Split(rel, "/") {
+		if !n.isDir() {
+			return node{}, nil
+		}
+		if n, err = v.lookup(n, c); err != nil {
+			return node{}, err
+		}
+	}
+	return n, nil
+}
+
+func (v *fsView) isWhiteout(full string, st *unix.Stat_t) (bool, error) {
+	if v.prefix == "" {
+		return false, nil
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFCHR:
+		return st.Rdev == 0, nil
+	case unix.S_IFREG:
+		if st.Size != 0 {
+			return false, nil
+		}
+		_, ok, err := lgetxattr(full, v.prefix+"whiteout")
+		return ok, err
+	}
+	return false, nil
+}
+
+func (v *fsView) xattr(full, name string) (string, bool, error) {
+	if v.prefix == "" {
+		return "", false, nil
+	}
+	b, ok, err := lgetxattr(full, v.prefix+name)
+	return string(b), ok, err
+}
+
+func (v *fsView) isOpaque(full string) (bool, error) {
+	val, ok, err := v.xattr(full, "opaque")
+	return ok && val == "y", err
+}
+
+// lookup resolves the child name of the merged directory parent.
+func (v *fsView) lookup(parent node, name string) (node, error) {
+	var res node
+	parts := parent.stack
+	cur := name // the name looked up in the remaining parts; redirects change it
+	for k := 0; k < len(parts); k++ {
+		p := parts[k]
+		rel := path.Join(p.rel, cur)
+		full := filepath.Join(v.layers[p.layer], rel)
+		var st unix.Stat_t
+		if err := unix.Lstat(full, &st); err != nil {
+			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
+				continue
+			}
+			return node{}, fmt.Errorf("lookup %s: %w", full, err)
+		}
+		wh, err := v.isWhiteout(full, &st)
+		if err != nil {
+			return node{}, err
+		}
+		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+		if !res.exists {
+			if wh {
+				return node{}, nil
+			}
+			res = node{exists: true, st: st, path: full, layer: p.layer}
+		} else if res.isDir() {
+			// Below a directory only directories merge; anything else ends
+			// the merge, as in the kernel.
+			if wh || !isDir {
+				break
+			}
+		} else {
+			// Looking for the data of a metacopy file.
+			if wh || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				break
+			}
+		}
+		if isDir {
+			res.stack = append(res.stack, dirPart{layer: p.layer, rel: rel})
+			opaque, err := v.isOpaque(full)
+			if err != nil {
+				return node{}, err
+			}
+			if len(res.stack) == 1 {
+				res.opaque = opaque
+			}
+			if opaque {
+				break
+			}
+			redirect, ok, err := v.xattr(full, "redirect")
+			if err != nil {
+				return node{}, err
+			}
+			if ok && redirect != "" {
+				if len(res.stack) == 1 {
+					res.redirected = true
+				}
+				parts, cur, k = v.redirectParts(parts, k, p.layer, redirect)
+			}
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size > 0 {
+			_, meta, err := v.xattr(full, "metacopy")
+			if err != nil {
+				return node{}, err
+			}
+			if meta {
+				redirect, ok, err := v.xattr(full, "redirect")
+				if err != nil {
+					return node{}, err
+				}
+				if ok && redirect != "" {
+					parts, cur, k = v.redirectParts(parts, k, p.layer, redirect)
+				}
+				continue
+			}
+		}
+		res.data = full
+		break
+	}
+	return res, nil
+}
+
+// redirectParts continues a lookup after a redirect found in layer: an
+// absolute redirect restarts from the root of every layer below, a
+// relative one renames the entry within the same parent. It returns the
+// new parts, name and loop index (the caller's loop increments it).
+func (v *fsView) redirectParts(parts []dirPart, k, layer int, redirect string) ([]dirPart, string, int) {
+	if strings.HasPrefix(redirect, "/") {
+		var below []dirPart
+		for i := layer + 1; i < len(v.layers); i++ {
+			below = append(below, dirPart{layer: i, rel: ""})
+		}
+		return below, strings.Trim(path.Clean(redirect), "/"), -1
+	}
+	return parts, redirect, k
+}
+
+// names returns the candidate child names of a merged directory, sorted:
+// the union over its parts, including names that a whiteout hides (the
+// caller's lookup tells).
+func (v *fsView) names(n node) ([]string, error) {
+	seen := make(map[string]bool)
+	var out []string
+	for _, p := range n.stack {
+		dir := filepath.Join(v.layers[p.layer], p.rel)
+		f, err := os.Open(dir)
+		if err != nil {
+			return nil, fmt.Errorf("open %s: %w", dir, err)
+		}
+		list, err := f.Readdirnames(-1)
+		_ = f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", dir, err)
+		}
+		for _, name := range list {
+			if !seen[name] {
+				seen[name] = true
+				out = append(out, name)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
