@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/layer"
+)
+
+// env is what a command touches outside itself, so tests can run the CLI
+// on a store whose features they supply.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	open           func(home string, opts graph.Options) (*graph.Store, error)
+}
+
+// command is a parsed command line.
+type command struct {
+	home   string
+	json   bool
+	name   string
+	id     string
+	parent string
+	rw     bool
+	layout graph.Layout
+}
+
+const usage = `usage: ovlgraph --home DIR [--json] COMMAND [ARGS]
+
+commands:
+  init [--layout overlay|hardlink]   create the store
+  create [--rw] [--parent P] ID      create an empty image (--rw: container) layer
+  apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
+  mount ID                           mount and print the path (reference-counted)
+  umount ID                          drop one reference; unmount at zero
+  diff ID > out.tar                  write the layer's changes as a tar layer
+  changes ID                         list added (A), changed (C), deleted (D) paths
+  rm ID                              remove a layer without children
+  ls                                 list the layers
+  status                             layout, backing fs, kernel features, mounts
+  check                              verify the store's invariants
+`
+
+// errUsage marks a command line error, answered with the usage text.
+var errUsage = errors.New("usage")
+
+func parse(args []string) (command, error) {
+	var c command
+	g := flag.NewFlagSet("ovlgraph", flag.ContinueOnError)
+	g.SetOutput(io.Discard)
+	g.StringVar(&c.home, "home", "", "store directory")
+	g.BoolVar(&c.json, "json", false, "machine-readable output")
+	if err := g.Parse(args); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	rest := g.Args()
+	if len(rest) == 0 {
+		return c, fmt.Errorf("%w: no command", errUsage)
+	}
+	c.name, rest = rest[0], rest[1:]
+	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.BoolVar(&c.json, "json", c.json, "machine-readable output")
+	var layout string
+	nargs := 1
+	switch c.name {
+	case "init":
+		fs.StringVar(&layout, "layout", string(graph.LayoutOverlay), "overlay or hardlink")
+		nargs = 0
+	case "create":
+		fs.BoolVar(&c.rw, "rw", false, "container (read-write) layer")
+		fs.StringVar(&c.parent, "parent", "", "parent layer")
+	case "apply", "mount", "umount", "diff", "changes", "rm":
+	case "ls", "status", "check":
+		nargs = 0
+	default:
+		return c, fmt.Errorf("%w: unknown command %q", errUsage, c.name)
+	}
+	if err := fs.Parse(rest); err != nil {
+		return c, fmt.Errorf("%w: %s: %v", errUsage, c.name, err)
+	}
+	if fs.NArg() != nargs {
+		return c, fmt.Errorf("%w: %s takes %d argument(s), got %d", errUsage, c.name, nargs, fs.NArg())
+	}
+	if nargs == 1 {
+		c.id = fs.Arg(0)
+	}
+	if c.name == "init" {
+		c.layout = graph.Layout(layout)
+		if c.layout != graph.LayoutOverlay && c.layout != graph.LayoutHardlink {
+			return c, fmt.Errorf("%w: unknown layout %q", errUsage, layout)
+		}
+	}
+	if c.home == "" {
+		return c, fmt.Errorf("%w: --home is required", errUsage)
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string, e *env) int {
+	c, err := parse(args)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "ovlgraph: %v\n", err)
+		if errors.Is(err, errUsage) {
+			fmt.Fprint(e.stderr, usage)
+		}
+		return 2
+	}
+	if err := c.exec(ctx, e); err != nil {
+		fmt.Fprintf(e.stderr, "ovlgraph %s: %v\n", c.name, err)
+		return 1
+	}
+	return 0
+}
+
+func (c command) exec(ctx context.Context, e *env) error {
+	opts := graph.Options{}
+	if c.name == "init" {
+		opts.Create, opts.Layout = true, c.layout
+	}
+	s, err := e.open(c.home, opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	out := e.stdout
+	switch c.name {
+	case "init":
+		return c.emit(out, map[string]any{"home": s.Home(), "layout": s.Layout()},
+			fmt.Sprintf("store %s (layout %s)\n", s.Home(), s.Layout()))
+	case "create":
+		if c.rw {
+			err = s.CreateReadWrite(c.id, c.parent)
+		} else {
+			err = s.Create(c.id, c.parent)
+		}
+		if err != nil {
+			return err
+		}
+		li, err := s.Layer(c.id)
+		if err != nil {
+			return err
+		}
+		return c.emit(out, li, fmt.Sprintf("created %s\n", c.id))
+	case "apply":
+		n, err := s.ApplyDiff(ctx, c.id, e.stdin)
+		if err != nil {
+			return err
+		}
+		return c.emit(out, map[string]any{"id": c.id, "size": n}, fmt.Sprintf("applied %s: %d bytes\n", c.id, n))
+	case "mount":
+		p, err := s.Get(c.id)
+		if err != nil {
+			return err
+		}
+		return c.emit(out, map[string]any{"id": c.id, "path": p}, p+"\n")
+	case "umount":
+		if err := s.Put(c.id); err != nil {
+			return err
+		}
+		li, err := s.Layer(c.id)
+		if err != nil {
+			return err
+		}
+		return c.emit(out, map[string]any{"id": c.id, "mounts": li.Mounts},
+			fmt.Sprintf("%s: %d reference(s) left\n", c.id, li.Mounts))
+	case "diff":
+		if f, ok := out.(*os.File); ok && isTerminal(f) {
+			return errors.New("refusing to write a tar to a terminal; redirect stdout")
+		}
+		return s.Diff(ctx, c.id, out)
+	case "changes":
+		ch, err := s.Changes(ctx, c.id)
+		if err != nil {
+			return err
+		}
+		return c.emitChanges(out, ch)
+	case "rm":
+		if err := s.Remove(c.id); err != nil {
+			return err
+		}
+		return c.emit(out, map[string]any{"id": c.id, "removed": true}, fmt.Sprintf("removed %s\n", c.id))
+	case "ls":
+		ls, err := s.Layers()
+		if err != nil {
+			return err
+		}
+		return c.emitLayers(out, ls)
+	case "status":
+		st, err := s.Status()
+		if err != nil {
+			return err
+		}
+		return c.emitStatus(out, st)
+	case "check":
+		probs, err := s.Check()
+		if err != nil {
+			return err
+		}
+		if c.json {
+			if probs == nil {
+				probs = []graph.Problem{}
+			}
+			if err := writeJSON(out, map[string]any{"ok": len(probs) == 0, "problems": probs}); err != nil {
+				return err
+			}
+		} else if len(probs) == 0 {
+			fmt.Fprintln(out, "ok")
+		} else {
+			fmt.Fprint(out, graph.Summary(probs))
+		}
+		if len(probs) > 0 {
+			return fmt.Errorf("%d problem(s)", len(probs))
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown command %q", c.name)
+}
+
+func (c command) emit(w io.Writer, v any, human string) error {
+	if c.json {
+		return writeJSON(w, v)
+	}
+	_, err := io.WriteString(w, human)
+	return err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	return nil
+}
+
+func (c command) emitChanges(w io.Writer, ch []layer.Change) error {
+	if c.json {
+		type jc struct {
+			Path string `json:"path"`
+			Kind string `json:"kind"`
+		}
+		out := make([]jc, 0, len(ch))
+		for _, x := range ch {
+			out = append(out, jc{x.Path, map[layer.ChangeKind]string{layer.ChangeAdd: "add", layer.ChangeModify: "modify", layer.ChangeDelete: "delete"}[x.Kind]})
+		}
+		return writeJSON(w, out)
+	}
+	for _, x := range ch {
+		if _, err := fmt.Fprintln(w, x.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c command) emitLayers(w io.Writer, ls []graph.LayerInfo) error {
+	if c.json {
+		if ls == nil {
+			ls = []graph.LayerInfo{}
+		}
+		return writeJSON(w, ls)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPARENT\tKIND\tDEPTH\tSIZE\tMOUNTS")
+	for _, l := range ls {
+		kind := "image"
+		if l.RW {
+			kind = "container"
+		}
+		parent := l.Parent
+		if parent == "" {
+			parent = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", l.ID, parent, kind, l.Depth, l.Size, l.Mounts)
+	}
+	return tw.Flush()
+}
+
+func (c command) emitStatus(w io.Writer, st graph.Status) error {
+	if c.json {
+		return writeJSON(w, st)
+	}
+	f := st.Features
+	yes := func(b bool) string {
+		if b {
+			return "yes"
+		}
+		return "no"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "home:          %s\n", st.Home)
+	fmt.Fprintf(&b, "layout:        %s\n", st.Layout)
+	fmt.Fprintf(&b, "backing fs:    %s\n", st.BackingFS)
+	fmt.Fprintf(&b, "layers:        %d\n", st.Layers)
+	fmt.Fprintf(&b, "sync:          %s\n", st.Sync)
+	fmt.Fprintf(&b, "mount method:  %s\n", st.MountMethod)
+	fmt.Fprintf(&b, "mount options: %s\n", strings.Join(st.MountOpts, ","))
+	fmt.Fprintf(&b, "features:      d_type=%s multi_lower=%s redirect_dir=%s metacopy=%s index_param=%s userxattr=%s new_mount_api=%s\n",
+		yes(f.DType), yes(f.MultiLower), yes(f.RedirectDir), yes(f.Metacopy), yes(f.IndexParam), yes(f.Userxattr), yes(f.NewMountAPI))
+	fmt.Fprintf(&b, "ovlkit series: strict_upper=%s fsync_strict=%s copyup_stats=%s\n",
+		yes(f.StrictUpper), yes(f.FsyncStrict), yes(f.CopyUpStats))
+	if len(st.Missing) > 0 {
+		fmt.Fprintf(&b, "missing:       %s\n", strings.Join(st.Missing, "; "))
+	}
+	for _, m := range st.Mounted {
+		ro := "rw"
+		if m.ReadOnly {
+			ro = "ro"
+		}
+		fmt.Fprintf(&b, "mounted:       %s %s refs=%d %s", m.ID, m.Path, m.Refs, ro)
+		if len(m.CopyUp) > 0 {
+			keys := make([]string, 0, len(m.CopyUp))
+			for k := range m.CopyUp {
+				keys = append(keys, k)
+			}
+			sortStrings(keys)
+			b.WriteString(" copy-up:")
+			for _, k := range keys {
+				fmt.Fprintf(&b, " %s=%d", k, m.CopyUp[k])
+			}
+		}
+		b.WriteByte('\n')
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,35 @@
+// Command ovlgraph manages an ovlkit layer store.
+//
+//	ovlgraph --home DIR [--json] COMMAND [ARGS]
+//
+//	init [--layout overlay|hardlink]   create the store
+//	create [--rw] [--parent P] ID      create an empty image (or, --rw, container) layer
+//	apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
+//	mount ID                           mount (reference-counted) and print the path
+//	umount ID                          drop one reference, unmount at zero
+//	diff ID > out.tar                  write the layer's changes as a tar layer
+//	changes ID                         list added (A), changed (C), deleted (D) paths
+//	rm ID                              remove a layer without children
+//	ls                                 list the layers
+//	status                             layout, backing filesystem, kernel features, mounts
+//	check                              verify the store's invariants
+//
+// Output is for people unless --json is given; errors go to stderr and
+// the exit status is non-zero.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/ovlkit/ovlkit/graph"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	env := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, open: graph.Open}
+	os.Exit(run(ctx, os.Args[1:], env))
+}

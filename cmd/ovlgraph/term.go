@@ -1,0 +1,15 @@
+package main
+
+import (
+	"os"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

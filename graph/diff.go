@@ -1,0 +1,233 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/ovlkit/ovlkit/layer"
+	"golang.org/x/sys/unix"
+)
+
+// Differ is the part of the store that moves layers in and out as tar.
+type Differ interface {
+	ApplyDiff(ctx context.Context, id string, r io.Reader) (int64, error)
+	Diff(ctx context.Context, id string, w io.Writer) error
+	Changes(ctx context.Context, id string) ([]layer.Change, error)
+	DiffSize(id string) (int64, error)
+}
+
+// ApplyDiff fills the empty layer id from a tar layer (plain, gzip or
+// zstd) and returns the content size written. The layer is built in a
+// staging directory, flushed according to the sync policy, and swapped in
+// with one rename; a failed or interrupted apply leaves the layer as it
+// was.
+func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64, err error) {
+	unlock, err := s.lockLayer(id)
+	if err != nil {
+		return 0, fmt.Errorf("apply: %w", err)
+	}
+	defer unlock()
+	var (
+		lowers   []string
+		parent   string
+		snapshot *state
+	)
+	check := func(st *state) (*layerRecord, error) {
+		rec, ok := st.Layers[id]
+		if !ok {
+			return nil, fmt.Errorf("apply %s: %w", id, ErrNotExist)
+		}
+		if rec.Mounts > 0 && isMounted(s.mergedDir(id)) {
+			return nil, fmt.Errorf("apply %s: %w", id, ErrMounted)
+		}
+		if kids := st.children(id); len(kids) > 0 {
+			return nil, fmt.Errorf("apply %s: %w: %v", id, ErrHasChildren, kids)
+		}
+		empty, err := dirEmpty(s.diffDir(id))
+		if err != nil {
+			return nil, fmt.Errorf("apply %s: %w", id, err)
+		}
+		if rec.Applied || !empty {
+			return nil, fmt.Errorf("apply %s: %w", id, ErrNotEmpty)
+		}
+		return rec, nil
+	}
+	err = s.view(func(st *state) error {
+		rec, err := check(st)
+		if err != nil {
+			return err
+		}
+		parent = rec.Parent
+		if lowers, err = s.realLowersOf(st, parent); err != nil {
+			return err
+		}
+		snapshot = copyChain(st, parent)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+
+	stg, err := s.newStage("apply-" + id)
+	if err != nil {
+		return 0, fmt.Errorf("apply %s: %w", id, err)
+	}
+	defer func() {
+		if derr := stg.discard(); derr != nil && err == nil {
+			err = fmt.Errorf("apply %s: %w", id, derr)
+		}
+	}()
+	ldir := filepath.Join(stg.dir, "layer")
+	if err := os.Mkdir(ldir, 0o711); err != nil {
+		return 0, fmt.Errorf("apply %s: %w", id, err)
+	}
+	diff := filepath.Join(ldir, "diff")
+	if err := mkdirLike(diff, s.diffDir(id)); err != nil {
+		return 0, fmt.Errorf("apply %s: %w", id, err)
+	}
+	if err := os.Mkdir(filepath.Join(ldir, "work"), 0o700); err != nil {
+		return 0, fmt.Errorf("apply %s: %w", id, err)
+	}
+	n, err = layer.Apply(ctx, diff, r, layer.ApplyOptions{
+		Whiteouts: s.whiteouts(),
+		Sync:      s.sync == SyncFsync,
+		Lowers:    nonNil(lowers),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("apply %s: %w", id, err)
+	}
+	if s.layout == LayoutHardlink {
+		isImage := false
+		s.view(func(st *state) error {
+			if r, ok := st.Layers[id]; ok {
+				isImage = !r.RW
+			}
+			return nil
+		})
+		if isImage {
+			root := filepath.Join(ldir, "root")
+			if err := s.buildView(snapshot, parent, root); err != nil {
+				return 0, fmt.Errorf("apply %s: %w", id, err)
+			}
+			if err := mergeDiff(diff, root); err != nil {
+				return 0, fmt.Errorf("apply %s: %w", id, err)
+			}
+		}
+	}
+	if s.sync == SyncFsync {
+		if err := syncTree(ldir); err != nil {
+			return 0, fmt.Errorf("apply %s: %w", id, err)
+		}
+	}
+	err = s.update(func(st *state) (bool, error) {
+		rec, err := check(st)
+		if err != nil {
+			return false, err
+		}
+		// One atomic exchange publishes the new layer directory; the old,
+		// empty one lands in the stage and goes with it.
+		if err := unix.Renameat2(unix.AT_FDCWD, ldir, unix.AT_FDCWD, s.layerDir(id), unix.RENAME_EXCHANGE); err != nil {
+			return false, fmt.Errorf("apply %s: publish layer: %w", id, err)
+		}
+		if s.sync == SyncFsync {
+			if err := syncDir(filepath.Join(s.home, "layers")); err != nil {
+				return false, err
+			}
+		}
+		rec.Applied, rec.Size = true, n
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// nonNil turns "no lowers" into an empty list: the tar code reads nil as
+// "lowers unknown" and keeps every opaque marker.
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
+}
+
+func dirEmpty(dir string) (bool, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	if errors.Is(err, io.EOF) {
+		return true, nil
+	}
+	return false, err
+}
+
+// diffInputs returns the layer's diff directory and its lowers.
+func (s *Store) diffInputs(id string) (string, []string, error) {
+	var (
+		lowers []string
+		diff   string
+	)
+	err := s.view(func(st *state) error {
+		rec, ok := st.Layers[id]
+		if !ok {
+			return fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+		l, err := s.realLowersOf(st, rec.Parent)
+		if err != nil {
+			return err
+		}
+		lowers, diff = nonNil(l), s.diffDir(id)
+		return nil
+	})
+	return diff, lowers, err
+}
+
+// Diff writes the layer's changes against its parent as an OCI tar layer.
+// It reads only the layer's own directory (and looks up below it where a
+// whiteout, an opaque directory, a redirect or a metacopy file needs it).
+func (s *Store) Diff(ctx context.Context, id string, w io.Writer) error {
+	diff, lowers, err := s.diffInputs(id)
+	if err != nil {
+		return fmt.Errorf("diff: %w", err)
+	}
+	if err := layer.Export(ctx, w, diff, layer.ExportOptions{Whiteouts: s.whiteouts(), Lowers: lowers}); err != nil {
+		return fmt.Errorf("diff %s: %w", id, err)
+	}
+	return nil
+}
+
+// Changes lists the paths the layer adds, modifies and deletes.
+func (s *Store) Changes(ctx context.Context, id string) ([]layer.Change, error) {
+	diff, lowers, err := s.diffInputs(id)
+	if err != nil {
+		return nil, fmt.Errorf("changes: %w", err)
+	}
+	ch, err := layer.Changes(ctx, diff, lowers, layer.ExportOptions{Whiteouts: s.whiteouts(), Lowers: lowers})
+	if err != nil {
+		return nil, fmt.Errorf("changes %s: %w", id, err)
+	}
+	return ch, nil
+}
+
+// DiffSize is the content size of the layer's own changes.
+func (s *Store) DiffSize(id string) (int64, error) {
+	diff, _, err := s.diffInputs(id)
+	if err != nil {
+		return 0, fmt.Errorf("diff size: %w", err)
+	}
+	n, err := layer.Size(diff)
+	if err != nil {
+		return 0, fmt.Errorf("diff size %s: %w", id, err)
+	}
+	return n, nil
+}
+
+func layerSize(diff string) (int64, error) { return layer.Size(diff) }

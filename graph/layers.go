@@ -1,0 +1,483 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ovlkit/ovlkit/ovl"
+	"golang.org/x/sys/unix"
+)
+
+// LayerInfo describes one layer.
+type LayerInfo struct {
+	ID        string    `json:"id"`
+	Parent    string    `json:"parent,omitempty"`
+	RW        bool      `json:"rw"`
+	Depth     int       `json:"depth"`
+	Link      string    `json:"link"`
+	Committed bool      `json:"committed"`
+	Applied   bool      `json:"applied"`
+	Size      int64     `json:"size"`
+	Created   time.Time `json:"created"`
+	Mounts    int       `json:"mounts"`
+	ReadOnly  bool      `json:"read_only,omitempty"`
+	Path      string    `json:"path,omitempty"` // mount point while mounted
+}
+
+func (s *Store) info(id string, r *layerRecord) LayerInfo {
+	li := LayerInfo{ID: id, Parent: r.Parent, RW: r.RW, Depth: r.Depth, Link: r.Link, Committed: r.Committed,
+		Applied: r.Applied, Size: r.Size, Created: r.Created, Mounts: r.Mounts, ReadOnly: r.ReadOnly}
+	if r.Mounts > 0 {
+		li.Path = s.mergedDir(id)
+	}
+	return li
+}
+
+// Create makes an empty image layer on parent ("" for none).
+func (s *Store) Create(id, parent string) error { return s.create(id, parent, false) }
+
+// CreateReadWrite makes an empty container layer on parent ("" for none).
+func (s *Store) CreateReadWrite(id, parent string) error { return s.create(id, parent, true) }
+
+func (s *Store) create(id, parent string, rw bool) (err error) {
+	if err := validID(id); err != nil {
+		return err
+	}
+	// Holding the parent's lock keeps it from being removed, filled or
+	// mounted read-write while the child is built from it.
+	if parent != "" {
+		unlock, err := s.lockLayer(parent)
+		if err != nil {
+			return fmt.Errorf("create %s: parent %w", id, err)
+		}
+		defer unlock()
+	}
+	var (
+		parentTop string // the directory whose root metadata the child inherits
+		snapshot  *state // the chain as it was when staging began
+	)
+	err = s.view(func(st *state) error {
+		if _, ok := st.Layers[id]; ok {
+			return fmt.Errorf("create %s: %w", id, ErrExist)
+		}
+		if parent != "" {
+			if _, ok := st.Layers[parent]; !ok {
+				return fmt.Errorf("create %s: parent %s: %w", id, parent, ErrNotExist)
+			}
+			parentTop = s.topDir(st, parent)
+		}
+		if err := s.checkDepth(st, id, parent, rw); err != nil {
+			return err
+		}
+		snapshot = copyChain(st, parent)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+
+	stg, err := s.newStage("create-" + id)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	defer func() {
+		if derr := stg.discard(); derr != nil && err == nil {
+			err = fmt.Errorf("create %s: %w", id, derr)
+		}
+	}()
+	ldir := filepath.Join(stg.dir, "layer")
+	if err := os.Mkdir(ldir, 0o711); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if err := mkdirLike(filepath.Join(ldir, "diff"), parentTop); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if err := os.Mkdir(filepath.Join(ldir, "work"), 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if s.layout == LayoutHardlink && !rw {
+		if err := s.buildView(snapshot, parent, filepath.Join(ldir, "root")); err != nil {
+			return fmt.Errorf("create %s: %w", id, err)
+		}
+	}
+	if s.sync == SyncFsync {
+		if err := syncTree(ldir); err != nil {
+			return fmt.Errorf("create %s: %w", id, err)
+		}
+	}
+
+	return s.update(func(st *state) (bool, error) {
+		if _, ok := st.Layers[id]; ok {
+			return false, fmt.Errorf("create %s: %w", id, ErrExist)
+		}
+		depth := 1
+		if parent != "" {
+			p, ok := st.Layers[parent]
+			if !ok {
+				return false, fmt.Errorf("create %s: parent %s: %w", id, parent, ErrNotExist)
+			}
+			if p.Mounts > 0 && !p.ReadOnly && isMounted(s.mergedDir(parent)) {
+				return false, fmt.Errorf("create %s: parent %s is mounted read-write; unmount it first: %w", id, parent, ErrMounted)
+			}
+			depth = p.Depth + 1
+		}
+		link, err := newLink(st.linkInUse)
+		if err != nil {
+			return false, err
+		}
+		if err := os.Rename(ldir, s.layerDir(id)); err != nil {
+			return false, fmt.Errorf("create %s: %w", id, err)
+		}
+		if err := ensureLink(s.linkPath(link), filepath.Join("..", "layers", id, "diff")); err != nil {
+			os.Rename(s.layerDir(id), ldir)
+			return false, fmt.Errorf("create %s: %w", id, err)
+		}
+		if s.sync == SyncFsync {
+			if err := syncDir(filepath.Join(s.home, "layers")); err != nil {
+				return false, err
+			}
+			if err := syncDir(filepath.Join(s.home, "l")); err != nil {
+				return false, err
+			}
+		}
+		st.Layers[id] = &layerRecord{Parent: parent, RW: rw, Link: link, Depth: depth, Created: time.Now().UTC()}
+		if parent != "" {
+			st.Layers[parent].Committed = true
+		}
+		return true, nil
+	})
+}
+
+// copyChain copies the records of id and its ancestors, so that a long
+// build outside the lock works on a consistent picture.
+func copyChain(st *state, id string) *state {
+	c := &state{Layout: st.Layout, Layers: map[string]*layerRecord{}}
+	for cur := id; cur != ""; {
+		r, ok := st.Layers[cur]
+		if !ok {
+			break
+		}
+		rc := *r
+		c.Layers[cur] = &rc
+		cur = r.Parent
+	}
+	return c
+}
+
+// checkDepth refuses, at Create, a layer that could not be mounted: more
+// lower layers than the kernel stacks, or mount data that does not fit a
+// page even with the short relative names. The check builds the real
+// configurations of both ways the layer will be mounted.
+func (s *Store) checkDepth(st *state, id, parent string, rw bool) error {
+	depth := 1
+	if parent != "" {
+		depth = st.Layers[parent].Depth + 1
+	}
+	if s.layout == LayoutOverlay && depth > ovl.MaxLowers {
+		return fmt.Errorf("create %s: the chain would be %d layers deep; overlayfs stacks at most %d: %w",
+			id, depth, ovl.MaxLowers, ErrTooDeep)
+	}
+	probe := &layerRecord{Parent: parent, RW: rw, Link: "XXXXXX", Depth: depth}
+	st.Layers[id] = probe
+	defer delete(st.Layers, id)
+	for _, committed := range []bool{false, true} {
+		probe.Committed = committed
+		cfg, ro, err := s.mountConfig(st, id)
+		if err != nil {
+			return fmt.Errorf("create %s: %w", id, err)
+		}
+		if _, err := s.mounter.Method(cfg); err != nil {
+			return fmt.Errorf("create %s: would not mount (%d lower layers, read-only=%v): %v: %w",
+				id, len(cfg.Lower), ro, err, ErrTooDeep)
+		}
+	}
+	return nil
+}
+
+// topDir is the directory holding the root of id's view: what a child's
+// diff root copies its mode and owner from.
+func (s *Store) topDir(st *state, id string) string {
+	if s.layout == LayoutHardlink && !st.Layers[id].RW {
+		return s.rootDir(id)
+	}
+	return s.diffDir(id)
+}
+
+// lowersOf returns the lower directories that show id's content, topmost
+// first. In the overlay layout these are the short links of id and its
+// ancestors; in the hardlink layout the diffs of container layers down to
+// the nearest image layer's full tree.
+func (s *Store) lowersOf(st *state, id string) ([]string, error) {
+	chain, err := st.chain(id)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, cid := range chain {
+		r := st.Layers[cid]
+		if s.layout == LayoutOverlay {
+			out = append(out, s.linkPath(r.Link))
+			continue
+		}
+		if !r.RW {
+			return append(out, s.rootDir(cid)), nil
+		}
+		out = append(out, s.diffDir(cid))
+	}
+	return out, nil
+}
+
+// realLowersOf is lowersOf with the links resolved to the diff
+// directories, for the tar code, which reports paths in its errors.
+func (s *Store) realLowersOf(st *state, id string) ([]string, error) {
+	if id == "" {
+		return nil, nil
+	}
+	chain, err := st.chain(id)
+	if err != nil {
+		return nil, err
+	}
+	if s.layout == LayoutOverlay {
+		out := make([]string, len(chain))
+		for i, cid := range chain {
+			out[i] = s.diffDir(cid)
+		}
+		return out, nil
+	}
+	return s.lowersOf(st, id)
+}
+
+// mountConfig is how id is mounted now, and whether read-only.
+func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
+	r := st.Layers[id]
+	cfg := ovl.Config{Base: filepath.Join(s.home, "l")}
+	cfg.Options = append(append(cfg.Options, s.feat.BaseOptions()...), s.extraOpt...)
+	readOnly := r.Committed || (s.layout == LayoutHardlink && !r.RW)
+	if readOnly {
+		lowers, err := s.lowersOf(st, id)
+		if err != nil {
+			return cfg, true, err
+		}
+		if len(lowers) == 1 {
+			lowers = append(lowers, s.emptyDir())
+		}
+		cfg.Lower = lowers
+		// fsync= is about copy-up, which a read-only mount never does.
+		cfg.Options = s.feat.BaseOptions()
+		return cfg, true, nil
+	}
+	cfg.Upper, cfg.Work = s.diffDir(id), s.workDir(id)
+	if r.Parent == "" {
+		cfg.Lower = []string{s.emptyDir()}
+		return cfg, false, nil
+	}
+	lowers, err := s.lowersOf(st, r.Parent)
+	if err != nil {
+		return cfg, false, err
+	}
+	cfg.Lower = lowers
+	return cfg, false, nil
+}
+
+// Exists reports whether id is a layer of the store.
+func (s *Store) Exists(id string) bool {
+	found := false
+	s.view(func(st *state) error {
+		_, found = st.Layers[id]
+		return nil
+	})
+	return found
+}
+
+// Layer describes id.
+func (s *Store) Layer(id string) (LayerInfo, error) {
+	var li LayerInfo
+	err := s.view(func(st *state) error {
+		r, ok := st.Layers[id]
+		if !ok {
+			return fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+		li = s.info(id, r)
+		return nil
+	})
+	return li, err
+}
+
+// Layers lists every layer, sorted by depth and then ID, so parents come
+// before their children.
+func (s *Store) Layers() ([]LayerInfo, error) {
+	var out []LayerInfo
+	err := s.view(func(st *state) error {
+		for id, r := range st.Layers {
+			out = append(out, s.info(id, r))
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Depth != out[j].Depth {
+			return out[i].Depth < out[j].Depth
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, err
+}
+
+// Remove deletes a layer that has no children and is not mounted.
+func (s *Store) Remove(id string) error {
+	unlock, err := s.lockLayer(id)
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	defer unlock()
+	stg, err := s.newStage("remove-" + id)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	defer stg.discard()
+	err = s.update(func(st *state) (bool, error) {
+		r, ok := st.Layers[id]
+		if !ok {
+			return false, fmt.Errorf("remove %s: %w", id, ErrNotExist)
+		}
+		if kids := st.children(id); len(kids) > 0 {
+			return false, fmt.Errorf("remove %s: %w: %v", id, ErrHasChildren, kids)
+		}
+		if r.Mounts > 0 && isMounted(s.mergedDir(id)) {
+			return false, fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, r.Mounts)
+		}
+		// The state forgets the layer first: if the rename below never
+		// happens, recovery removes the directory that has no record. The
+		// link goes now, under the lock, before a new layer can reuse its
+		// name; recovery would remake it if the state write failed.
+		delete(st.Layers, id)
+		if err := os.Remove(s.linkPath(r.Link)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, fmt.Errorf("remove %s: %w", id, err)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	// Move the directory away in one rename, then delete at leisure: a
+	// crash after this point leaves only staging garbage.
+	if err := os.Rename(s.layerDir(id), filepath.Join(stg.dir, "layer")); err != nil {
+		return fmt.Errorf("remove %s: %w", id, err)
+	}
+	return nil
+}
+
+// Get mounts id (on first use) and returns the path of its root. Every Get
+// needs a Put.
+func (s *Store) Get(id string) (string, error) {
+	unlock, err := s.lockLayer(id)
+	if err != nil {
+		return "", fmt.Errorf("get: %w", err)
+	}
+	defer unlock()
+	merged := s.mergedDir(id)
+	mountedNow := false
+	err = s.update(func(st *state) (bool, error) {
+		r, ok := st.Layers[id]
+		if !ok {
+			return false, fmt.Errorf("get %s: %w", id, ErrNotExist)
+		}
+		if r.Mounts > 0 {
+			if isMounted(merged) {
+				r.Mounts++
+				return true, nil
+			}
+			r.Mounts, r.ReadOnly = 0, false // left by a crashed process
+		}
+		cfg, ro, err := s.mountConfig(st, id)
+		if err != nil {
+			return false, fmt.Errorf("get %s: %w", id, err)
+		}
+		if err := os.MkdirAll(merged, 0o755); err != nil {
+			return false, fmt.Errorf("get %s: %w", id, err)
+		}
+		if err := s.mounter.Mount(merged, cfg, ro); err != nil {
+			return false, fmt.Errorf("get %s: %w", id, err)
+		}
+		mountedNow = true
+		r.Mounts, r.ReadOnly = 1, ro
+		return true, nil
+	})
+	if err != nil {
+		if mountedNow {
+			s.unmount(merged)
+		}
+		return "", err
+	}
+	return merged, nil
+}
+
+// Put drops one reference taken by Get and unmounts at zero.
+func (s *Store) Put(id string) error {
+	unlock, err := s.lockLayer(id)
+	if err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	defer unlock()
+	return s.update(func(st *state) (bool, error) {
+		r, ok := st.Layers[id]
+		if !ok {
+			return false, fmt.Errorf("put %s: %w", id, ErrNotExist)
+		}
+		if r.Mounts == 0 {
+			return false, fmt.Errorf("put %s: %w", id, ErrNotMounted)
+		}
+		if r.Mounts > 1 && isMounted(s.mergedDir(id)) {
+			r.Mounts--
+			return true, nil
+		}
+		if err := s.unmount(s.mergedDir(id)); err != nil {
+			return false, fmt.Errorf("put %s: %w", id, err)
+		}
+		r.Mounts, r.ReadOnly = 0, false
+		return true, nil
+	})
+}
+
+// unmount detaches the mount at merged and removes the directory. The
+// detach reaches copies of the mount that other mount namespaces made
+// meanwhile (a container runtime's), and removing the mount point makes
+// the kernel drop those copies, so that a later Remove or mount of the
+// same directories does not fail with EBUSY (moby #34672).
+func (s *Store) unmount(merged string) error {
+	if err := unix.Unmount(merged, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("unmount %s: %w", merged, err)
+	}
+	if err := os.Remove(merged); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove mount point %s: %w", merged, err)
+	}
+	return nil
+}
+
+// Cleanup unmounts every layer of the store whatever its reference count,
+// for shutdown.
+func (s *Store) Cleanup() error {
+	var errs []error
+	err := s.update(func(st *state) (bool, error) {
+		changed := false
+		for id, r := range st.Layers {
+			if r.Mounts == 0 && !isMounted(s.mergedDir(id)) {
+				continue
+			}
+			if err := s.unmount(s.mergedDir(id)); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.Mounts, r.ReadOnly = 0, false
+			changed = true
+		}
+		return changed, nil
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,196 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/ovlkit/ovlkit/ovl"
+	"golang.org/x/sys/unix"
+)
+
+// stage is a scratch directory under staging/ that its owner holds an
+// flock on, so that recovery in another process leaves it alone.
+type stage struct {
+	dir string
+	fd  int
+}
+
+func (s *Store) newStage(prefix string) (*stage, error) {
+	dir, err := os.MkdirTemp(filepath.Join(s.home, "staging"), prefix+"-")
+	if err != nil {
+		return nil, fmt.Errorf("staging directory: %w", err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("staging directory: %w", err)
+	}
+	if err := flock(fd, unix.LOCK_EX); err != nil {
+		unix.Close(fd)
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("lock staging directory: %w", err)
+	}
+	return &stage{dir: dir, fd: fd}, nil
+}
+
+// discard removes the stage and whatever it still holds.
+func (st *stage) discard() error {
+	err := removeAll(st.dir)
+	unix.Close(st.fd)
+	return err
+}
+
+// removeAll removes a tree that may hold leftover mounts (a crashed Get
+// leaves merged/ mounted): those are detached first.
+func removeAll(dir string) error {
+	err := os.RemoveAll(dir)
+	if err == nil {
+		return nil
+	}
+	if mps, merr := mountsBeneath(dir); merr == nil && len(mps) > 0 {
+		for _, mp := range mps {
+			unix.Unmount(mp, unix.MNT_DETACH)
+		}
+		err = os.RemoveAll(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountsBeneath lists mount points at or below dir, deepest first.
+func mountsBeneath(dir string) ([]string, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mountinfo: %w", err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out, nil
+}
+
+func unescapeMountinfo(s string) string {
+	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
+}
+
+// isMounted reports whether the layer's merged directory is an overlay
+// mount point right now.
+func isMounted(merged string) bool {
+	ok, err := ovl.IsOverlay(merged)
+	return err == nil && ok
+}
+
+// recover brings the directories in line with the state; the caller holds
+// the store lock.
+func (s *Store) recover(st *state) error {
+	// Staging directories nobody holds are interrupted operations.
+	ents, err := os.ReadDir(filepath.Join(s.home, "staging"))
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, e := range ents {
+		p := filepath.Join(s.home, "staging", e.Name())
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			removeAll(p)
+			continue
+		}
+		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
+			removeAll(p)
+		}
+		unix.Close(fd)
+	}
+
+	// Layer directories without a record: a Create that crashed after its
+	// rename but before the state recorded it, or a Remove that crashed
+	// after the state dropped the layer.
+	ents, err = os.ReadDir(filepath.Join(s.home, "layers"))
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, e := range ents {
+		if _, ok := st.Layers[e.Name()]; !ok {
+			if err := removeAll(filepath.Join(s.home, "layers", e.Name())); err != nil {
+				return fmt.Errorf("recover: %w", err)
+			}
+		}
+	}
+
+	// l/ must be a directory of links (podman #24900 saw it become a
+	// symlink after a crash); rebuild lost links, drop strays.
+	ldir := filepath.Join(s.home, "l")
+	if fi, err := os.Lstat(ldir); err != nil || !fi.IsDir() {
+		os.RemoveAll(ldir)
+		if err := os.Mkdir(ldir, 0o711); err != nil {
+			return fmt.Errorf("recover l/: %w", err)
+		}
+	}
+	want := map[string]string{}
+	for id, r := range st.Layers {
+		want[r.Link] = filepath.Join("..", "layers", id, "diff")
+	}
+	ents, err = os.ReadDir(ldir)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, e := range ents {
+		if _, ok := want[e.Name()]; !ok {
+			os.RemoveAll(filepath.Join(ldir, e.Name()))
+		}
+	}
+	for link, target := range want {
+		if err := ensureLink(filepath.Join(ldir, link), target); err != nil {
+			return fmt.Errorf("recover: %w", err)
+		}
+	}
+
+	// empty/ must stay empty: it is the lower of every parentless layer.
+	if ents, err := os.ReadDir(s.emptyDir()); err == nil && len(ents) > 0 {
+		for _, e := range ents {
+			os.RemoveAll(filepath.Join(s.emptyDir(), e.Name()))
+		}
+	}
+
+	// Mount counts of a crashed process.
+	changed := false
+	for id, r := range st.Layers {
+		if r.Mounts > 0 && !isMounted(s.mergedDir(id)) {
+			r.Mounts, r.ReadOnly = 0, false
+			changed = true
+		}
+	}
+	if changed {
+		return s.state.store(st)
+	}
+	return nil
+}
+
+// ensureLink makes path a symlink to target, replacing anything else.
+func ensureLink(path, target string) error {
+	if cur, err := os.Readlink(path); err == nil && cur == target {
+		return nil
+	}
+	if err := os.RemoveAll(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("replace link %s: %w", path, err)
+	}
+	if err := os.Symlink(target, path); err != nil {
+		return fmt.Errorf("link %s: %w", path, err)
+	}
+	return nil
+}

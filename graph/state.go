@@ -1,0 +1,218 @@
+package graph
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// stateVersion is bumped when the state file changes incompatibly.
+const stateVersion = 1
+
+// state is the store's single source of truth. A layer exists exactly when
+// it has a record here; directories without a record are leftovers of an
+// interrupted operation and are removed when the store is opened.
+type state struct {
+	Version int                     `json:"version"`
+	Layout  Layout                  `json:"layout"`
+	Created time.Time               `json:"created"`
+	Layers  map[string]*layerRecord `json:"layers"`
+}
+
+// layerRecord is what the store remembers about one layer.
+type layerRecord struct {
+	Parent string `json:"parent,omitempty"`
+	// RW marks a container layer (CreateReadWrite).
+	RW bool `json:"rw,omitempty"`
+	// Link is the short name of the layer's diff under l/.
+	Link string `json:"link"`
+	// Depth counts the layers of the chain, this one included.
+	Depth int `json:"depth"`
+	// Committed is set when the first child is created: from then on the
+	// layer is mounted without an upper, because the kernel refuses (or
+	// warns about) a lower that is another mount's upper (moby #39475).
+	Committed bool `json:"committed,omitempty"`
+	// Applied is set once ApplyDiff has filled the layer; Size is the
+	// content size it reported.
+	Applied bool      `json:"applied,omitempty"`
+	Size    int64     `json:"size,omitempty"`
+	Created time.Time `json:"created"`
+	// Mounts is the reference count of Get calls from every process. It is
+	// checked against the kernel before use, so a count left behind by a
+	// crashed process does not keep a layer "mounted" forever.
+	Mounts   int  `json:"mounts,omitempty"`
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+func newState(layout Layout, now time.Time) *state {
+	return &state{Version: stateVersion, Layout: layout, Created: now, Layers: map[string]*layerRecord{}}
+}
+
+// decodeState parses and validates a state file.
+func decodeState(b []byte) (*state, error) {
+	var st state
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("parse state: %w", err)
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("state version %d, this build reads %d", st.Version, stateVersion)
+	}
+	if err := st.Layout.valid(); err != nil {
+		return nil, err
+	}
+	if st.Layers == nil {
+		st.Layers = map[string]*layerRecord{}
+	}
+	for id, r := range st.Layers {
+		if r == nil {
+			return nil, fmt.Errorf("state: layer %q has no record", id)
+		}
+		if err := validID(id); err != nil {
+			return nil, fmt.Errorf("state: %w", err)
+		}
+	}
+	return &st, nil
+}
+
+// children returns the IDs whose parent is id, sorted.
+func (st *state) children(id string) []string {
+	var out []string
+	for cid, r := range st.Layers {
+		if r.Parent == id {
+			out = append(out, cid)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// chain returns id and its ancestors, id first. It fails on a missing
+// parent or a cycle, which only a damaged state file can contain.
+func (st *state) chain(id string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for cur := id; cur != ""; {
+		if seen[cur] {
+			return nil, fmt.Errorf("layer %s: parent cycle at %s", id, cur)
+		}
+		seen[cur] = true
+		r, ok := st.Layers[cur]
+		if !ok {
+			return nil, fmt.Errorf("layer %s: ancestor %s: %w", id, cur, ErrNotExist)
+		}
+		out = append(out, cur)
+		cur = r.Parent
+	}
+	return out, nil
+}
+
+func (st *state) linkInUse(link string) bool {
+	for _, r := range st.Layers {
+		if r.Link == link {
+			return true
+		}
+	}
+	return false
+}
+
+// stateFile reads and writes the state atomically: a new file is written
+// and fsynced beside the old one and renamed over it, then the directory is
+// fsynced, so a crash leaves either the old or the new state, never a mix.
+type stateFile struct {
+	path string
+	sync bool
+	// The last state read or written and the bytes it was decoded from;
+	// reused while the file holds the same bytes, so that long chains do
+	// not re-parse the state on every operation. Comparing bytes rather
+	// than inode and times stays correct when a filesystem reuses the
+	// inode of the replaced file within one timestamp tick.
+	cached *state
+	raw    []byte
+}
+
+// load returns the current state; the caller must hold the store lock.
+func (f *stateFile) load() (*state, error) {
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no store state at %s: %w", f.path, ErrNoStore)
+		}
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	if f.cached != nil && bytes.Equal(b, f.raw) {
+		return f.cached, nil
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.path, err)
+	}
+	f.cached, f.raw = st, b
+	return st, nil
+}
+
+// invalidate drops the cache after a failed update, whose in-memory
+// changes must not survive.
+func (f *stateFile) invalidate() { f.cached = nil }
+
+// store writes st; the caller must hold the store lock.
+func (f *stateFile) store(st *state) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	dir := filepath.Dir(f.path)
+	tmp, err := os.CreateTemp(dir, ".state-*")
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if f.sync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("fsync state: %w", err)
+		}
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		return fmt.Errorf("chmod state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), f.path); err != nil {
+		return fmt.Errorf("replace state: %w", err)
+	}
+	ok = true
+	if f.sync {
+		if err := syncDir(dir); err != nil {
+			return err
+		}
+	}
+	f.cached, f.raw = st, append(b, '\n')
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s for fsync: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,368 @@
+// Package graph is ovlkit's layer store: image layers (Create) and
+// container layers (CreateReadWrite) stacked on overlayfs, mounted with
+// reference counts, filled from and exported to OCI tar layers.
+//
+// A store lives in one home directory:
+//
+//	state.json        the layers, their parents and mount counts (the truth)
+//	lock              serialises state changes between processes (flock)
+//	features.json     kernel features probed for this boot
+//	layers/<id>/      diff/ (the layer's own changes), work/, merged/, and
+//	                  root/ for image layers of the hardlink layout
+//	l/<link>          short names of the diffs, so 500 lowers fit one page
+//	empty/            the lower of a layer without parent
+//	staging/          layers being built; made visible by one rename
+//
+// Two layouts exist. "overlay" keeps only each layer's own diff and stacks
+// all ancestors as lower layers. "hardlink" is the 2014 design: an image
+// layer is a full tree made by hard-linking its parent's tree and applying
+// the tar, and a container layer is an overlay on that single tree.
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/ovlkit/ovlkit/layer"
+	"github.com/ovlkit/ovlkit/ovl"
+	"golang.org/x/sys/unix"
+)
+
+// Layout is how layers are kept on disk, chosen when a store is created.
+type Layout string
+
+// The two layouts.
+const (
+	LayoutOverlay  Layout = "overlay"
+	LayoutHardlink Layout = "hardlink"
+)
+
+func (l Layout) valid() error {
+	switch l {
+	case LayoutOverlay, LayoutHardlink:
+		return nil
+	}
+	return fmt.Errorf("unknown layout %q (want overlay or hardlink)", string(l))
+}
+
+// SyncPolicy says what is flushed before a layer becomes visible.
+type SyncPolicy string
+
+// Sync policies.
+const (
+	// SyncFsync fsyncs every file and directory of a new layer and the
+	// state file before the rename that makes it visible: a completed
+	// ApplyDiff survives power loss.
+	SyncFsync SyncPolicy = "fsync"
+	// SyncNone leaves flushing to the kernel: faster, and after a crash a
+	// completed layer may come back incomplete or empty.
+	SyncNone SyncPolicy = "none"
+)
+
+// Errors callers can test with errors.Is.
+var (
+	ErrNotExist    = fmt.Errorf("layer does not exist: %w", fs.ErrNotExist)
+	ErrExist       = fmt.Errorf("layer already exists: %w", fs.ErrExist)
+	ErrNoStore     = errors.New("not a layer store (run init)")
+	ErrHasChildren = errors.New("layer has children")
+	ErrMounted     = errors.New("layer is mounted")
+	ErrNotMounted  = errors.New("layer is not mounted")
+	ErrTooDeep     = errors.New("layer chain too deep for overlayfs")
+	ErrNotEmpty    = errors.New("layer already has content")
+	ErrInvalidID   = errors.New("invalid layer id")
+)
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// validID keeps IDs usable as one path component and short enough for the
+// mount-data budget (see maxDataPerLayer).
+func validID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%q: %w (1-128 of A-Z a-z 0-9 _ . -, not starting with _ . -)", id, ErrInvalidID)
+	}
+	return nil
+}
+
+// Options configure Open.
+type Options struct {
+	// Layout of a store created by this Open; for an existing store it
+	// must be empty or match.
+	Layout Layout
+	// Create makes the store when home has none.
+	Create bool
+	// Sync is the durability policy; empty means SyncFsync.
+	Sync SyncPolicy
+	// FsyncStrict mounts layers with fsync=strict; Open fails when the
+	// kernel does not offer it.
+	FsyncStrict bool
+	// Features replaces the probe, for callers that already probed this
+	// filesystem (the probe mounts, so it needs root).
+	Features *ovl.Features
+}
+
+// Store is an open layer store. Its methods are safe for concurrent use by
+// many goroutines and, through the lock file, by several processes.
+type Store struct {
+	home     string
+	layout   Layout
+	sync     SyncPolicy
+	feat     ovl.Features
+	mounter  ovl.Mounter
+	extraOpt []string
+
+	mu    sync.Mutex // guards lock holders within this process
+	lockF *os.File
+	state stateFile
+}
+
+// LayerMounter is the part of the store a runtime needs to use layers.
+type LayerMounter interface {
+	Get(id string) (string, error)
+	Put(id string) error
+}
+
+// Open opens the store in home, creating it when opts.Create is set.
+// Opening finishes or undoes what a crashed process left: staged layers
+// are removed, layer directories without a state record are removed, lost
+// short links are made again and stale mount counts are reset.
+func Open(home string, opts Options) (*Store, error) {
+	home, err := filepath.Abs(home)
+	if err != nil {
+		return nil, fmt.Errorf("store home: %w", err)
+	}
+	if opts.Sync == "" {
+		opts.Sync = SyncFsync
+	}
+	if opts.Sync != SyncFsync && opts.Sync != SyncNone {
+		return nil, fmt.Errorf("unknown sync policy %q", opts.Sync)
+	}
+	if opts.Layout != "" {
+		if err := opts.Layout.valid(); err != nil {
+			return nil, err
+		}
+	}
+	statePath := filepath.Join(home, "state.json")
+	if _, err := os.Stat(statePath); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+		if !opts.Create {
+			return nil, fmt.Errorf("%s: %w", home, ErrNoStore)
+		}
+	}
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return nil, fmt.Errorf("create store home: %w", err)
+	}
+	for _, d := range []string{"layers", "l", "staging", "empty"} {
+		if err := os.MkdirAll(filepath.Join(home, d), 0o700); err != nil {
+			return nil, fmt.Errorf("create store: %w", err)
+		}
+	}
+	// The empty lower and the layers tree must be searchable by the
+	// processes that use the mounts.
+	for _, d := range []string{home, filepath.Join(home, "layers"), filepath.Join(home, "l"), filepath.Join(home, "empty")} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("create store: %w", err)
+		}
+	}
+	lf, err := os.OpenFile(filepath.Join(home, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open store lock: %w", err)
+	}
+	s := &Store{
+		home:  home,
+		sync:  opts.Sync,
+		lockF: lf,
+		state: stateFile{path: statePath, sync: opts.Sync == SyncFsync},
+	}
+	if err := s.init(opts); err != nil {
+		lf.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) init(opts Options) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := s.state.load()
+	if errors.Is(err, ErrNoStore) {
+		layout := opts.Layout
+		if layout == "" {
+			layout = LayoutOverlay
+		}
+		st = newState(layout, time.Now().UTC())
+		if err := s.state.store(st); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if opts.Layout != "" && opts.Layout != st.Layout {
+		return fmt.Errorf("store %s has layout %s, not %s", s.home, st.Layout, opts.Layout)
+	}
+	s.layout = st.Layout
+	if opts.Features != nil {
+		s.feat = *opts.Features
+	} else {
+		f, err := loadFeatures(s.home)
+		if err != nil {
+			return err
+		}
+		s.feat = f
+	}
+	if err := s.feat.Usable(); err != nil {
+		return fmt.Errorf("store %s: %w", s.home, err)
+	}
+	s.mounter = ovl.Mounter{LowerdirPlus: s.feat.NewMountAPI}
+	if opts.FsyncStrict {
+		if !s.feat.FsyncStrict {
+			return fmt.Errorf("fsync=strict requested but the kernel does not offer it: %s", s.feat.Notes["fsync_strict"])
+		}
+		s.extraOpt = append(s.extraOpt, "fsync=strict")
+	}
+	return s.recover(st)
+}
+
+// Close releases the store. Mounted layers stay mounted; see Cleanup.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lockF == nil {
+		return nil
+	}
+	err := s.lockF.Close()
+	s.lockF = nil
+	if err != nil {
+		return fmt.Errorf("close store lock: %w", err)
+	}
+	return nil
+}
+
+// Home is the store's directory.
+func (s *Store) Home() string { return s.home }
+
+// Layout is the store's layout.
+func (s *Store) Layout() Layout { return s.layout }
+
+// Features are the kernel features the store uses.
+func (s *Store) Features() ovl.Features { return s.feat }
+
+// lock takes the store lock: the in-process mutex, then the flock that
+// excludes other processes. Hold it only for short state transactions.
+func (s *Store) lock() (func(), error) {
+	s.mu.Lock()
+	if s.lockF == nil {
+		s.mu.Unlock()
+		return nil, errors.New("store is closed")
+	}
+	if err := flock(int(s.lockF.Fd()), unix.LOCK_EX); err != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
+	return func() {
+		flock(int(s.lockF.Fd()), unix.LOCK_UN)
+		s.mu.Unlock()
+	}, nil
+}
+
+// update runs fn on the current state under the store lock and writes the
+// state when fn reports a change. A failed fn or write discards fn's
+// in-memory changes.
+func (s *Store) update(fn func(st *state) (bool, error)) error {
+	unlock, err := s.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	st, err := s.state.load()
+	if err != nil {
+		return err
+	}
+	changed, err := fn(st)
+	if err != nil {
+		s.state.invalidate()
+		return err
+	}
+	if !changed {
+		return nil
+	}
+	if err := s.state.store(st); err != nil {
+		s.state.invalidate()
+		return err
+	}
+	return nil
+}
+
+// view runs fn on the current state under the store lock; fn must not
+// change it.
+func (s *Store) view(fn func(st *state) error) error {
+	return s.update(func(st *state) (bool, error) { return false, fn(st) })
+}
+
+func flock(fd, how int) error {
+	for {
+		err := unix.Flock(fd, how)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+func (s *Store) layerDir(id string) string       { return filepath.Join(s.home, "layers", id) }
+func (s *Store) diffDir(id string) string        { return filepath.Join(s.home, "layers", id, "diff") }
+func (s *Store) workDir(id string) string        { return filepath.Join(s.home, "layers", id, "work") }
+func (s *Store) mergedDir(id string) string      { return filepath.Join(s.home, "layers", id, "merged") }
+func (s *Store) rootDir(id string) string        { return filepath.Join(s.home, "layers", id, "root") }
+func (s *Store) linkPath(link string) string     { return filepath.Join(s.home, "l", link) }
+func (s *Store) emptyDir() string                { return filepath.Join(s.home, "empty") }
+func (s *Store) whiteouts() layer.WhiteoutFormat { return layer.OverlayWhiteouts }
+
+// lockLayer takes the per-layer lock of id: an exclusive flock on the
+// layer directory, which conflicts with every other holder in this or
+// another process. ApplyDiff replaces the directory by an exchange, so the
+// lock is retried until it is held on the directory currently in place.
+func (s *Store) lockLayer(id string) (func(), error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	dir := s.layerDir(id)
+	for {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+			}
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		if err := flock(fd, unix.LOCK_EX); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		var held, cur unix.Stat_t
+		if err := unix.Fstat(fd, &held); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		err = unix.Stat(dir, &cur)
+		if err == nil && held.Ino == cur.Ino && held.Dev == cur.Dev {
+			return func() { unix.Close(fd) }, nil
+		}
+		unix.Close(fd)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+	}
+}
