@@ -1,0 +1,251 @@
+//go:build ovlkit_guest
+
+package copyup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
+)
+
+// lowerTree fills the lower layer with what the fsync tests copy up: a
+// regular file and a directory, both with a mode and owner a fresh
+// temporary file would not have.
+func lowerTree(t testing.TB, lower string) {
+	t.Helper()
+	writeFile(t, filepath.Join(lower, "f"), 64<<10, 0o640)
+	chown(t, filepath.Join(lower, "f"), 1234, 5678)
+	mkdir(t, filepath.Join(lower, "d"), 0o750)
+	chown(t, filepath.Join(lower, "d"), 1234, 5678)
+	writeFile(t, filepath.Join(lower, "m"), 4<<10, 0o600)
+}
+
+// sameAttrs fails unless the copy up carries the mode and owner of the
+// lower inode.
+func sameAttrs(t testing.TB, lower, upper string) {
+	t.Helper()
+	a, b := lstat(t, lower), lstat(t, upper)
+	if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid {
+		t.Fatalf("copy up %s has mode %o owner %d:%d, lower has mode %o owner %d:%d",
+			upper, b.Mode, b.Uid, b.Gid, a.Mode, a.Uid, a.Gid)
+	}
+}
+
+var xfsSyncEvents = []string{"xfs/xfs_setattr", "xfs/xfs_file_fsync", "xfs/xfs_dir_fsync"}
+
+// TestFsyncOptionValues checks what the fsync= option accepts, how the last
+// of several settings wins and what /proc/mounts shows for each.
+func TestFsyncOptionValues(t *testing.T) {
+	guesttest.Proves(t, subjectFsync)
+	tmpfs := guesttest.FS{Name: "tmpfs"}
+	good := []struct {
+		opts []string
+		show string // the fsync= option mountinfo shows, "" for none
+		vol  bool   // the mount is volatile
+	}{
+		{[]string{"fsync=auto"}, "", false},
+		{[]string{"fsync=strict"}, "fsync=strict", false},
+		{[]string{"fsync=volatile"}, "fsync=volatile", true},
+		{[]string{"fsync=strict", "fsync=auto"}, "", false},
+		{[]string{"volatile", "fsync=strict"}, "fsync=strict", false},
+		{[]string{"fsync=strict", "volatile"}, "fsync=volatile", true},
+	}
+	for _, c := range good {
+		l := guesttest.NewLayers(t, tmpfs.Scratch(t, ""), 1)
+		if err := l.TryMount(t, c.opts...); err != nil {
+			t.Fatalf("mount with %v: %v", c.opts, err)
+		}
+		opts := superOptions(t, l.Merged)
+		var shown, want []string
+		for _, o := range optionSet(opts) {
+			if strings.HasPrefix(o, "fsync=") || o == "volatile" {
+				shown = append(shown, o)
+			}
+		}
+		if c.show != "" {
+			want = []string{c.show}
+		}
+		if !slices.Equal(shown, want) {
+			t.Errorf("mount with %v shows %v in %q, want %v", c.opts, shown, opts, want)
+		}
+		dirty, err := exists(filepath.Join(l.Work, "work", "incompat", "volatile", "dirty"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dirty != c.vol {
+			t.Errorf("mount with %v: volatile dirty marker exists=%v, want %v", c.opts, dirty, c.vol)
+		}
+	}
+	for _, bad := range []string{"fsync=", "fsync=bogus", "fsync=Strict", "fsync", "fsync=auto,fsync=sync"} {
+		l := guesttest.NewLayers(t, tmpfs.Scratch(t, ""), 1)
+		err := l.TryMount(t, bad)
+		if !errors.Is(err, unix.EINVAL) {
+			t.Errorf("mount with %q: got %v, want EINVAL", bad, err)
+		}
+	}
+}
+
+// TestFsyncStrictSyncsAfterMetadata proves on an xfs upper that
+// fsync=strict syncs a copied up file and directory after their
+// attributes were set: xfs_file_fsync (xfs_dir_fsync) of the upper inode
+// follows its last xfs_setattr. It also holds for a metadata-only copy up.
+func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
+	guesttest.Proves(t, subjectFsync)
+	xfs := needFS(t, "xfs")
+	l := splitLayers(t, xfs)
+	lowerTree(t, l.Lower[0])
+	l.Mount(t, "fsync=strict")
+	tr := newTrace(t, xfsSyncEvents...)
+
+	tr.clear(t)
+	openForWrite(t, filepath.Join(l.Merged, "f"))
+	seq := forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "f")))
+	sync, attr := lastIndex(seq, "xfs_file_fsync"), lastIndex(seq, "xfs_setattr")
+	if attr < 0 || sync < attr {
+		t.Errorf("regular file copy up: events for the upper inode %v, want xfs_file_fsync after the last xfs_setattr", seq)
+	}
+	sameAttrs(t, filepath.Join(l.Lower[0], "f"), filepath.Join(l.Upper, "f"))
+	sameContent(t, filepath.Join(l.Lower[0], "f"), filepath.Join(l.Upper, "f"))
+
+	tr.clear(t)
+	writeFile(t, filepath.Join(l.Merged, "d", "new"), 10, 0o644)
+	seq = forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "d")))
+	sync, attr = lastIndex(seq, "xfs_dir_fsync"), lastIndex(seq, "xfs_setattr")
+	if attr < 0 || sync < attr {
+		t.Errorf("directory copy up: events for the upper inode %v, want xfs_dir_fsync after the last xfs_setattr", seq)
+	}
+	sameAttrs(t, filepath.Join(l.Lower[0], "d"), filepath.Join(l.Upper, "d"))
+
+	// A metadata-only copy up has no data sync to piggyback on.
+	l.Unmount(t)
+	l.Mount(t, "fsync=strict", "metacopy=on")
+	tr.clear(t)
+	if err := os.Chmod(filepath.Join(l.Merged, "m"), 0o604); err != nil {
+		t.Fatalf("chmod: %v", err)
+	}
+	seq = forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "m")))
+	// The chmod itself is the one xfs_setattr after the copy up.
+	sync = lastIndex(seq, "xfs_file_fsync")
+	if sync < 1 || seq[sync-1] != "xfs_setattr" || !slices.Equal(seq[sync+1:], []string{"xfs_setattr"}) {
+		t.Errorf("metadata-only copy up: events for the upper inode %v, want attributes set, xfs_file_fsync, then the chmod's xfs_setattr", seq)
+	}
+	if st := lstat(t, filepath.Join(l.Upper, "m")); st.Size != 4<<10 || st.Blocks != 0 {
+		t.Errorf("metadata-only copy up has size %d and %d blocks, want 4096 and no data", st.Size, st.Blocks)
+	}
+}
+
+// TestFsyncAutoKeepsDataSync pins the default: the data of a copied up file
+// is synced before its attributes are set and directories are not synced.
+// This is what every kernel does, so it is no proof of the option.
+func TestFsyncAutoKeepsDataSync(t *testing.T) {
+	xfs := needFS(t, "xfs")
+	l := splitLayers(t, xfs)
+	lowerTree(t, l.Lower[0])
+	l.Mount(t)
+	tr := newTrace(t, xfsSyncEvents...)
+
+	tr.clear(t)
+	openForWrite(t, filepath.Join(l.Merged, "f"))
+	seq := forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "f")))
+	sync, attr := firstIndex(seq, "xfs_file_fsync"), firstIndex(seq, "xfs_setattr")
+	if sync < 0 || attr < sync {
+		t.Errorf("regular file copy up: events for the upper inode %v, want one xfs_file_fsync before the attributes are set", seq)
+	}
+
+	tr.clear(t)
+	writeFile(t, filepath.Join(l.Merged, "d", "new"), 10, 0o644)
+	seq = forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "d")))
+	if slices.Contains(seq, "xfs_dir_fsync") {
+		t.Errorf("directory copy up synced the directory by default: %v", seq)
+	}
+	if !slices.Contains(seq, "xfs_setattr") {
+		t.Errorf("directory copy up: no xfs_setattr for the upper directory, the trace saw nothing: %v", seq)
+	}
+}
+
+// TestFsyncStrictBeforeRename proves on an ext4 upper that fsync=strict
+// syncs a copied up directory and file while they are still in the work
+// directory, i.e. before they are renamed or linked into place.
+func TestFsyncStrictBeforeRename(t *testing.T) {
+	guesttest.Proves(t, subjectFsync)
+	ext4 := needFS(t, "ext4")
+	l := splitLayers(t, ext4)
+	lowerTree(t, l.Lower[0])
+	l.Mount(t, "fsync=strict")
+	work := lstat(t, filepath.Join(l.Work, "work"))
+	tr := newTrace(t, "ext4/ext4_sync_file_enter")
+
+	for _, c := range []struct {
+		name string
+		do   func()
+	}{
+		{"d", func() { writeFile(t, filepath.Join(l.Merged, "d", "new"), 10, 0o644) }},
+		{"f", func() { openForWrite(t, filepath.Join(l.Merged, "f")) }},
+	} {
+		tr.clear(t)
+		c.do()
+		st := lstat(t, filepath.Join(l.Upper, c.name))
+		var syncs []traceEvent
+		for _, e := range named(tr.events(t), "ext4_sync_file_enter") {
+			if e.isInode(st) {
+				syncs = append(syncs, e)
+			}
+		}
+		if len(syncs) != 1 {
+			t.Errorf("copy up of %s: %d ext4_sync_file_enter events for the upper inode, want 1: %v", c.name, len(syncs), syncs)
+			continue
+		}
+		if p := syncs[0].uint(t, "parent"); p != work.Ino {
+			t.Errorf("copy up of %s was synced with parent inode %d, want the work directory %d", c.name, p, work.Ino)
+		}
+		sameAttrs(t, filepath.Join(l.Lower[0], c.name), filepath.Join(l.Upper, c.name))
+	}
+}
+
+// TestFsyncVolatileAlias proves that fsync=volatile is the volatile option:
+// the same mount options shown, the same dirty marker in the work
+// directory, and no sync of copied up data.
+func TestFsyncVolatileAlias(t *testing.T) {
+	guesttest.Proves(t, subjectFsync)
+	xfs := needFS(t, "xfs")
+	var shown [][]string
+	for _, opt := range []string{"volatile", "fsync=volatile"} {
+		l := splitLayers(t, xfs)
+		lowerTree(t, l.Lower[0])
+		if err := l.TryMount(t, opt); err != nil {
+			t.Fatalf("mount with %s: %v", opt, err)
+		}
+		shown = append(shown, optionSet(superOptions(t, l.Merged)))
+		dirty, err := exists(filepath.Join(l.Work, "work", "incompat", "volatile", "dirty"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dirty {
+			t.Errorf("mount with %s made no volatile dirty marker", opt)
+		}
+		tr := newTrace(t, xfsSyncEvents...)
+		tr.clear(t)
+		openForWrite(t, filepath.Join(l.Merged, "f"))
+		seq := forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "f")))
+		if slices.Contains(seq, "xfs_file_fsync") {
+			t.Errorf("mount with %s synced a copy up: %v", opt, seq)
+		}
+		if !slices.Contains(seq, "xfs_setattr") {
+			t.Errorf("mount with %s: no xfs_setattr for the copy up, the trace saw nothing: %v", opt, seq)
+		}
+		sameContent(t, filepath.Join(l.Lower[0], "f"), filepath.Join(l.Upper, "f"))
+	}
+	if !slices.Equal(shown[0], shown[1]) {
+		t.Errorf("volatile shows options %v, fsync=volatile shows %v", shown[0], shown[1])
+	}
+	if !slices.Contains(shown[1], "fsync=volatile") {
+		t.Errorf("fsync=volatile mount shows %v, want fsync=volatile among them", shown[1])
+	}
+}
