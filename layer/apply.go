@@ -60,9 +60,13 @@ type applier struct {
 	// entry; callers may still hold them, so they close between entries.
 	retired []int
 	times   map[string]dirTimes // directory times to set once all entries are in
-	dirty map[string]bool     // directories to fsync when opts.Sync
-	buf   []byte
-	size  int64
+	dirty   map[string]bool     // directories to fsync when opts.Sync
+	buf     []byte
+	size    int64
+	// rootOpaque records a .wh..wh..opq at the top of the tar. overlayfs
+	// ignores the opaque xattr on a layer's root, so with known lowers
+	// it is turned into whiteouts of everything the lowers show there.
+	rootOpaque bool
 }
 
 func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (int64, error) {
@@ -426,6 +430,9 @@ func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 			return fmt.Errorf("mark %q opaque: %w", dir, err)
 		}
 		a.dirty[dir] = true
+		if dir == "" {
+			a.rootOpaque = true
+		}
 		return nil
 	}
 	if strings.HasPrefix(base, whiteoutMetaPrefix) {
@@ -815,6 +822,11 @@ func (a *applier) special(pfd int, base string, hdr *tar.Header, mode uint32, xa
 // its mtime, so they can only be set last) and, with Sync, flushes every
 // directory the layer touched.
 func (a *applier) finish() error {
+	if a.rootOpaque && a.lowers != nil {
+		if err := a.whiteoutLowerRoot(); err != nil {
+			return err
+		}
+	}
 	rels := make([]string, 0, len(a.times))
 	for rel := range a.times {
 		rels = append(rels, rel)
@@ -853,6 +865,48 @@ func (a *applier) finish() error {
 		}
 		if err := unix.Fsync(fd); err != nil {
 			return fmt.Errorf("layer: fsync %q: %w", filepath.Join(a.root, rel), err)
+		}
+	}
+	return nil
+}
+
+// whiteoutLowerRoot hides every entry of the lowers' merged root that the
+// layer does not replace itself.
+func (a *applier) whiteoutLowerRoot() error {
+	root, err := a.lowers.root()
+	if err != nil {
+		return fmt.Errorf("layer: opaque root: %w", err)
+	}
+	names, err := a.lowers.names(root)
+	if err != nil {
+		return fmt.Errorf("layer: opaque root: %w", err)
+	}
+	for _, name := range names {
+		n, err := a.lowers.lookup(root, name)
+		if err != nil {
+			return fmt.Errorf("layer: opaque root: %w", err)
+		}
+		if !n.exists {
+			continue
+		}
+		var st unix.Stat_t
+		err = unix.Fstatat(a.rootFd, name, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err == nil {
+			// The layer's own entry hides the lower one, except that a
+			// directory would merge with a lower directory.
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR && n.isDir() {
+				p := "/proc/self/fd/" + strconv.Itoa(a.rootFd) + "/" + name
+				if err := unix.Lsetxattr(p, a.prefix+"opaque", []byte("y"), 0); err != nil {
+					return fmt.Errorf("layer: opaque root: mark %q opaque: %w", name, err)
+				}
+			}
+			continue
+		}
+		if !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("layer: opaque root: stat %q: %w", name, err)
+		}
+		if err := unix.Mknodat(a.rootFd, name, unix.S_IFCHR, 0); err != nil {
+			return fmt.Errorf("layer: opaque root: whiteout %q: %w", name, err)
 		}
 	}
 	return nil
