@@ -320,7 +320,7 @@ func TestApplyReplacesExisting(t *testing.T) {
 	root := t.TempDir()
 	mustApply(t, root, mkTar(t,
 		dir("d/", 0o755), reg("d/f", "1", 0o644),
-		reg("d", "now a file", 0o600), // a file replaces a directory
+		reg("d", "now a file", 0o600),                                     // a file replaces a directory
 		reg("x", "file", 0o644), dir("x/", 0o700), reg("x/y", "2", 0o644), // and the other way round
 		symlink("s", "x"), reg("s", "replaced link", 0o644),
 		reg("dup", "first", 0o644), reg("dup", "second", 0o644),
