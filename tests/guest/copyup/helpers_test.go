@@ -173,15 +173,6 @@ func optionSet(opts string) []string {
 	return out
 }
 
-func hasOption(opts, want string) bool {
-	for _, o := range strings.Split(opts, ",") {
-		if o == want {
-			return true
-		}
-	}
-	return false
-}
-
 func unmangle(s string) string {
 	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
 	return r.Replace(s)

@@ -232,15 +232,3 @@ func firstIndex(names []string, name string) int {
 	}
 	return -1
 }
-
-// eventExists reports whether the running kernel has the trace event.
-func eventExists(ev string) (bool, error) {
-	_, err := os.Stat(filepath.Join(tracefsRoot, "events", ev))
-	if err == nil {
-		return true, nil
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	return false, fmt.Errorf("stat trace event %s: %w", ev, err)
-}
