@@ -41,7 +41,7 @@ func breakoutCases() []breakoutCase {
 		{"symlink loophole mkdir", []ent{symlink("loophole", "VICTIM"), dir("loophole/newdir/", 0o755), reg("loophole/newdir/newfile", "x", 0o644)}, "loophole/newdir/"},
 		{"symlink loophole overwrite", []ent{symlink("loophole", "VICTIM"), reg("loophole/hello", "pwned", 0o644)}, "loophole/hello"},
 		{"symlink chain", []ent{symlink("a", "b"), symlink("b", "VICTIM"), reg("a/file", "x", 0o644)}, "a/file"},
-		{"symlink via root", []ent{symlink("r", "/"), reg("r/" + "VICTIM_REL/hello", "x", 0o644)}, "r/VICTIM_REL/hello"},
+		{"symlink via root", []ent{symlink("r", "/"), reg("r/"+"VICTIM_REL/hello", "x", 0o644)}, "r/VICTIM_REL/hello"},
 		{"symlink then hardlink", []ent{symlink("sym", "VICTIM"), hardlink("hl", "sym/hello")}, "hl"},
 		{"symlink then whiteout", []ent{symlink("sym", "VICTIM"), reg("sym/.wh.hello", "", 0o600)}, "sym/.wh.hello"},
 		{"symlink then opaque", []ent{symlink("sym", "VICTIM"), reg("sym/.wh..wh..opq", "", 0o600)}, "sym/.wh..wh..opq"},

@@ -118,6 +118,7 @@ func (v *fsView) isOpaque(full string) (bool, error) {
 // lookup resolves the child name of the merged directory parent.
 func (v *fsView) lookup(parent node, name string) (node, error) {
 	var res node
+	needData := false
 	parts := parent.stack
 	cur := name // the name looked up in the remaining parts; redirects change it
 	for k := 0; k < len(parts); k++ {
@@ -183,6 +184,7 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 				return node{}, err
 			}
 			if meta {
+				needData = true
 				redirect, ok, err := v.xattr(full, "redirect")
 				if err != nil {
 					return node{}, err
@@ -195,6 +197,9 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 		}
 		res.data = full
 		break
+	}
+	if needData && res.data == "" {
+		return node{}, fmt.Errorf("metacopy file %s: its data is in none of the lower layers", res.path)
 	}
 	return res, nil
 }
