@@ -1,0 +1,187 @@
+//go:build ovlkit_guest
+
+package graphsuite
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
+)
+
+// mountOptions returns the superblock options /proc/self/mountinfo shows
+// for the mount at path.
+func mountOptions(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	must(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == path {
+			if i := strings.Index(line, " - "); i >= 0 {
+				return line[i+3:]
+			}
+		}
+	}
+	t.Fatalf("%s is not in mountinfo", path)
+	return ""
+}
+
+// Group 10: the store's own probe (no injected features) on every
+// backing filesystem finds what overlay needs, names the filesystem, and
+// the mounts carry index=off where the module has an index parameter.
+func TestStatusProbes(t *testing.T) {
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		home := filepath.Join(fs.Scratch(t, ""), "store")
+		s, err := graph.Open(home, graph.Options{Create: true})
+		must(t, err)
+		defer s.Close()
+		st, err := s.Status()
+		must(t, err)
+		if st.BackingFS != fs.Name {
+			t.Errorf("backing fs %q, want %q", st.BackingFS, fs.Name)
+		}
+		f := st.Features
+		if !f.DType || !f.Overlay || !f.MultiLower {
+			t.Errorf("features %+v", f)
+		}
+		if _, err := os.Stat(filepath.Join(home, "features.json")); err != nil {
+			t.Errorf("probe result not cached: %v", err)
+		}
+		must(t, s.CreateReadWrite("c", ""))
+		// The kernel shows index= only when it differs from the module
+		// default: with the default turned on, a layer mount must say off
+		// (containerd #4311: index=on makes leaked mounts EBUSY).
+		if !f.IndexParam {
+			t.Fatal("the overlay module has no index parameter")
+		}
+		setParam(t, "index", "Y")
+		p := get(t, s, "c")
+		if opts := mountOptions(t, p); !strings.Contains(opts, "index=off") {
+			t.Errorf("mount options %q lack index=off", opts)
+		}
+		st, err = s.Status()
+		must(t, err)
+		if len(st.Mounted) != 1 || st.Mounted[0].ID != "c" || st.Mounted[0].Refs != 1 {
+			t.Errorf("mounted %+v", st.Mounted)
+		}
+		put(t, s, "c")
+		// A second open in the same boot reuses the cached probe.
+		s2, err := graph.Open(home, graph.Options{})
+		must(t, err)
+		if s2.Features().DType != f.DType || s2.Features().StrictUpper != f.StrictUpper {
+			t.Errorf("reopened features differ")
+		}
+		s2.Close()
+	})
+}
+
+// setParam sets an overlay module parameter for the test and restores it.
+func setParam(t *testing.T, name, value string) {
+	t.Helper()
+	p := "/sys/module/overlay/parameters/" + name
+	old, err := os.ReadFile(p)
+	must(t, err)
+	must(t, os.WriteFile(p, []byte(value), 0o644))
+	t.Cleanup(func() { os.WriteFile(p, old, 0o644) })
+}
+
+// Group 10: with redirect_dir on (directory renames leave a redirect in
+// the upper) and with metacopy on (a chmod copies up metadata only), the
+// native diff and changes still describe the layer fully: the applied
+// diff equals the container layer.
+func TestNativeDiffWithRedirectAndMetacopy(t *testing.T) {
+	for _, param := range []string{"redirect_dir", "metacopy"} {
+		param := param
+		t.Run(param, func(t *testing.T) {
+			setParam(t, param, "Y")
+			if param == "metacopy" {
+				setParam(t, "redirect_dir", "Y") // metacopy needs redirect_dir
+			}
+			guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+				s := newStore(t, fs, graph.LayoutOverlay, noSync)
+				must(t, s.Create("base", ""))
+				apply(t, s, "base", mkTar(t, dirE("dir/"), file("dir/a", "aaaa"), dirE("dir/sub/"), file("dir/sub/b", "bb"), file("big", strings.Repeat("z", 100000))))
+				must(t, s.CreateReadWrite("rw", "base"))
+				p := get(t, s, "rw")
+				must(t, os.Rename(filepath.Join(p, "dir"), filepath.Join(p, "moved")))
+				must(t, os.Chmod(filepath.Join(p, "big"), 0o600))
+				put(t, s, "rw")
+				want := []string{"C /big", "D /dir", "A /moved", "A /moved/a", "A /moved/sub", "A /moved/sub/b"}
+				equalList(t, "changes", changes(t, s, "rw"), want)
+				must(t, s.Create("img", "base"))
+				apply(t, s, "img", diffBytes(t, s, "rw"))
+				sameTree(t, "applied diff", get(t, s, "img"), get(t, s, "rw"))
+				put(t, s, "img")
+				put(t, s, "rw")
+			})
+		})
+	}
+}
+
+// The driver mounts every layer with the series' strict_upper where the
+// kernel has it, so that an upper missing a feature fails the mount.
+func TestMountsUseStrictUpper(t *testing.T) {
+	guesttest.Proves(t, "ovl: add strict_upper option to fail instead of degrading")
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		s := newStore(t, fs, graph.LayoutOverlay)
+		must(t, s.CreateReadWrite("c", ""))
+		p := get(t, s, "c")
+		if opts := mountOptions(t, p); !strings.Contains(opts, "strict_upper") {
+			t.Errorf("layer mount options %q lack strict_upper", opts)
+		}
+		put(t, s, "c")
+	})
+}
+
+// fsync=strict is offered as a store option and reaches the mounts.
+func TestFsyncStrictOption(t *testing.T) {
+	guesttest.Proves(t, "ovl: add fsync=auto|strict|volatile mount option")
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		s := newStore(t, fs, graph.LayoutOverlay, func(o *graph.Options) { o.FsyncStrict = true })
+		must(t, s.CreateReadWrite("c", ""))
+		p := get(t, s, "c")
+		if opts := mountOptions(t, p); !strings.Contains(opts, "fsync=strict") {
+			t.Errorf("layer mount options %q lack fsync=strict", opts)
+		}
+		put(t, s, "c")
+	})
+}
+
+// Status shows the copy-up statistics of a mounted layer: copying up a
+// lower file through the mount is counted.
+func TestStatusCopyUpStats(t *testing.T) {
+	guesttest.Proves(t, "ovl: report copy-up statistics in /proc/self/mountstats")
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		s := newStore(t, fs, graph.LayoutOverlay)
+		must(t, s.Create("base", ""))
+		apply(t, s, "base", mkTar(t, file("f", "lower data")))
+		must(t, s.CreateReadWrite("c", "base"))
+		p := get(t, s, "c")
+		before, err := s.Status()
+		must(t, err)
+		if len(before.Mounted) != 1 || len(before.Mounted[0].CopyUp) == 0 {
+			t.Fatalf("no copy-up statistics for the mounted layer: %+v", before.Mounted)
+		}
+		f, err := os.OpenFile(filepath.Join(p, "f"), os.O_WRONLY|os.O_APPEND, 0)
+		must(t, err)
+		f.WriteString(" more")
+		f.Close()
+		after, err := s.Status()
+		must(t, err)
+		var sumBefore, sumAfter uint64
+		for _, v := range before.Mounted[0].CopyUp {
+			sumBefore += v
+		}
+		for _, v := range after.Mounted[0].CopyUp {
+			sumAfter += v
+		}
+		if sumAfter <= sumBefore {
+			t.Errorf("copy-up counters did not move: before %v after %v", before.Mounted[0].CopyUp, after.Mounted[0].CopyUp)
+		}
+		put(t, s, "c")
+	})
+}
