@@ -114,7 +114,7 @@ func TestCLIWorkflow(t *testing.T) {
 	}
 	code, out, _ = runCLI(t, "", "--home", home, "--json", "ls")
 	var ls []graph.LayerInfo
-	if err := json.Unmarshal([]byte(out), &ls); err != nil || len(ls) != 2 || ls[1].Parent != "base" {
+	if err := json.Unmarshal([]byte(out), &ls); code != 0 || err != nil || len(ls) != 2 || ls[1].Parent != "base" {
 		t.Fatalf("ls json %q: %v", out, err)
 	}
 	code, out, _ = runCLI(t, "", "--home", home, "changes", "base")
@@ -150,7 +150,7 @@ func TestCLIWorkflow(t *testing.T) {
 		OK       bool            `json:"ok"`
 		Problems []graph.Problem `json:"problems"`
 	}
-	if err := json.Unmarshal([]byte(out), &chk); err != nil || !chk.OK || chk.Problems == nil {
+	if err := json.Unmarshal([]byte(out), &chk); code != 0 || err != nil || !chk.OK || chk.Problems == nil {
 		t.Fatalf("check json %q: %+v %v", out, chk, err)
 	}
 }
