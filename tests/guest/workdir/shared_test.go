@@ -1,0 +1,126 @@
+//go:build ovlkit_guest
+
+package workdir
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
+)
+
+// sharedLayers makes one lower layer with two files and a directory, the
+// usual material for whiteouts and directory copy-up.
+func sharedLayers(t *testing.T, fs guesttest.FS) (guesttest.Layers, string) {
+	t.Helper()
+	base := fs.Scratch(t, "")
+	l := guesttest.NewLayers(t, base, 1)
+	writeFile(t, filepath.Join(l.Lower[0], "f1"), "one")
+	writeFile(t, filepath.Join(l.Lower[0], "f2"), "two")
+	mkdir(t, filepath.Join(l.Lower[0], "d"))
+	return l, base
+}
+
+// With index=off a second mount may share upper and work dirs with a
+// mounted overlay. The first overlay must keep working after that: it
+// stages whiteouts and directory copy-ups in work/work.
+func TestSharedWorkdirKeepsFirstMountUsable(t *testing.T) {
+	guesttest.Proves(t, subjectSharedWorkdir)
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		a, base := sharedLayers(t, fs)
+		a.Mount(t, "index=off")
+
+		// A whiteout before the second mount caches the shared
+		// whiteout inode of the first mount in work/work.
+		if err := os.Remove(filepath.Join(a.Merged, "f1")); err != nil {
+			t.Fatalf("unlink f1 before the second mount: %v", err)
+		}
+
+		kmsg := guesttest.OpenKmsg(t)
+		b := secondMount(t, a, base, "merged-b")
+		// overlay/036: the second mount succeeds with index=off.
+		b.Mount(t, "index=off")
+		kmsg.Expect(t, inUseMsg)
+
+		// Every operation of the first mount that stages in the work
+		// dir: a whiteout, a directory copy-up, a rename over a lower
+		// file (which needs a whiteout for the source).
+		if err := os.Remove(filepath.Join(a.Merged, "f2")); err != nil {
+			t.Errorf("unlink lower file in the first mount: %v", err)
+		}
+		if err := os.Mkdir(filepath.Join(a.Merged, "d", "x"), 0o755); err != nil {
+			t.Errorf("mkdir in a lower dir (directory copy-up) in the first mount: %v", err)
+		}
+		writeFile(t, filepath.Join(a.Merged, "new"), "n")
+		if err := os.Rename(filepath.Join(a.Merged, "new"), filepath.Join(a.Merged, "moved")); err != nil {
+			t.Errorf("rename in the first mount: %v", err)
+		}
+
+		for _, name := range []string{"f1", "f2"} {
+			if _, err := os.Lstat(filepath.Join(a.Merged, name)); !os.IsNotExist(err) {
+				t.Errorf("%s after unlink in the first mount: got %v, want ENOENT", name, err)
+			}
+		}
+		if fi, err := os.Stat(filepath.Join(a.Upper, "d", "x")); err != nil || !fi.IsDir() {
+			t.Errorf("upper d/x after mkdir in the first mount: %v", err)
+		}
+
+		// The second mount works too, on the same upper dir.
+		writeFile(t, filepath.Join(b.Merged, "from-b"), "b")
+		if _, err := os.Stat(filepath.Join(a.Upper, "from-b")); err != nil {
+			t.Errorf("file created in the second mount is not in upper: %v", err)
+		}
+		if err := os.Mkdir(filepath.Join(b.Merged, "d", "y"), 0o755); err != nil {
+			t.Errorf("mkdir in the second mount: %v", err)
+		}
+	})
+}
+
+// A volatile overlay records itself in work/work/incompat. Joining it must
+// still fail, now that the second mount no longer cleans the work dir
+// (where that error used to come from).
+func TestSharedWorkdirRefusesVolatile(t *testing.T) {
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		a, base := sharedLayers(t, fs)
+		a.Mount(t, "index=off", "volatile")
+
+		kmsg := guesttest.OpenKmsg(t)
+		b := secondMount(t, a, base, "merged-b")
+		err := b.TryMount(t, "index=off")
+		if errnoOf(err) != unix.EINVAL {
+			t.Fatalf("second mount joining a volatile overlay: got %v, want EINVAL", err)
+		}
+		kmsg.Expect(t, "incompat feature 'volatile'")
+
+		// The volatile overlay is untouched and keeps working.
+		if err := os.Remove(filepath.Join(a.Merged, "f1")); err != nil {
+			t.Errorf("unlink in the volatile overlay: %v", err)
+		}
+		if err := os.Mkdir(filepath.Join(a.Merged, "d", "x"), 0o755); err != nil {
+			t.Errorf("directory copy-up in the volatile overlay: %v", err)
+		}
+	})
+}
+
+// With index=on the upper and work dirs are exclusive, as before.
+func TestSharedWorkdirIndexOnBusy(t *testing.T) {
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		a, base := sharedLayers(t, fs)
+		a.Mount(t, "index=off")
+
+		kmsg := guesttest.OpenKmsg(t)
+		b := secondMount(t, a, base, "merged-b")
+		err := b.TryMount(t, "index=on")
+		if errnoOf(err) != unix.EBUSY {
+			t.Fatalf("second mount with index=on: got %v, want EBUSY", err)
+		}
+		kmsg.Expect(t, inUseMsg)
+
+		if err := os.Remove(filepath.Join(a.Merged, "f1")); err != nil {
+			t.Errorf("unlink in the first mount: %v", err)
+		}
+	})
+}
