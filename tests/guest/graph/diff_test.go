@@ -408,21 +408,42 @@ func TestLayerSemantics(t *testing.T) {
 	})
 }
 
-// Group 6, 128LayersMount: 128 layers each overwrite a file, add one and
-// rm -rf + recreate a directory; every mount equals the flat directory.
+// Group 6, 128LayersMount: a chain of 128 container layers (each the
+// next one's parent, as containerd commits them) each overwrite a file,
+// add one and rm -rf + recreate a directory; every mount, before and after
+// its change, equals the flat directory, and so does the diff of the top
+// applied as an image layer onto the top's parent.
 func TestLayers128Mount(t *testing.T) {
-	var steps []step
-	for i := 0; i < 128; i++ {
-		i := i
-		steps = append(steps, func(t *testing.T, r string) {
+	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
+		s := newStore(t, fs, layout, noSync)
+		flat := filepath.Join(fs.Scratch(t, ""), "flat")
+		must(t, os.Mkdir(flat, 0o755))
+		change := func(r string, i int) {
 			write(t, filepath.Join(r, "overwriteme"), fmt.Sprintf("layer %d", i), 0o644)
 			write(t, filepath.Join(r, "addhere", fmt.Sprintf("file-%d", i)), "add", 0o644)
 			must(t, os.RemoveAll(filepath.Join(r, "onlyme")))
 			write(t, filepath.Join(r, "onlyme", fmt.Sprintf("file-%d", i)), "only", 0o644)
-		})
-	}
-	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
-		checkSteps(t, fs, layout, steps)
+		}
+		parent := ""
+		for i := 0; i < 128; i++ {
+			id := fmt.Sprintf("c%03d", i)
+			must(t, s.CreateReadWrite(id, parent))
+			p := get(t, s, id)
+			sameTree(t, id+" before", p, flat)
+			change(p, i)
+			change(flat, i)
+			sameTree(t, id+" after", p, flat)
+			put(t, s, id)
+			if t.Failed() {
+				return
+			}
+			parent = id
+		}
+		prev := fmt.Sprintf("c%03d", 126)
+		must(t, s.Create("image", prev))
+		apply(t, s, "image", diffBytes(t, s, parent))
+		sameTree(t, "image from the top's diff", get(t, s, "image"), flat)
+		put(t, s, "image")
 	})
 }
 
