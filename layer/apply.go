@@ -403,7 +403,7 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	a.dirty[dir] = true
 	mode := uint32(hdr.Mode) & 0o7777
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
+	case tar.TypeReg, tar.TypeGNUSparse: // archive/tar reports TypeRegA as TypeReg
 		return a.regular(pfd, base, hdr, tr, mode, xattrs)
 	case tar.TypeDir:
 		return a.directory(pfd, rel, base, hdr, mode, xattrs)
@@ -487,6 +487,9 @@ func (a *applier) rootDir(hdr *tar.Header, xattrs map[string][]byte) error {
 func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte) error {
 	if hdr.Size < 0 {
 		return fmt.Errorf("negative size %d", hdr.Size)
+	}
+	if a.opts.MaxSize > 0 && hdr.Size > a.opts.MaxSize-a.size {
+		return fmt.Errorf("%d bytes after %d: %w", hdr.Size, a.size, ErrTooLarge)
 	}
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err := unix.Openat(pfd, base, flags, 0o600)

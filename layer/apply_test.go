@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -412,4 +411,14 @@ func TestApplyRootEntry(t *testing.T) {
 	}
 }
 
-var _ = io.EOF
+func TestApplyMaxSize(t *testing.T) {
+	layer := mkTar(t, reg("a", "12345", 0o644), reg("b", "678", 0o644))
+	if _, err := applyBytes(t, t.TempDir(), layer, ApplyOptions{MaxSize: 8}); err != nil {
+		t.Errorf("layer of exactly MaxSize: %v", err)
+	}
+	_, err := applyBytes(t, t.TempDir(), layer, ApplyOptions{MaxSize: 7})
+	var ee *EntryError
+	if !errors.Is(err, ErrTooLarge) || !errors.As(err, &ee) || ee.Name != "b" {
+		t.Errorf("got %v, want ErrTooLarge naming b", err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -316,5 +315,3 @@ func describeLayers(t *testing.T, layers []string) [][]string {
 	}
 	return out
 }
-
-var _ = sort.Strings

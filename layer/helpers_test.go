@@ -196,32 +196,7 @@ func tree(t testing.TB, root string) []string {
 	return out
 }
 
-// names lists root recursively as go-archive's tests do: paths relative
-// to root, directories with a trailing slash.
-func names(t testing.TB, root string) []string {
-	t.Helper()
-	var out []string
-	err := filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == root {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		if fi.IsDir() {
-			rel += "/"
-		}
-		out = append(out, rel)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// tarNames lists the entry names of a tar stream, with the headers.
+// tarHeaders lists the headers of a tar stream.
 func tarHeaders(t testing.TB, b []byte) []*tar.Header {
 	t.Helper()
 	tr := tar.NewReader(bytes.NewReader(b))
@@ -238,6 +213,7 @@ func tarHeaders(t testing.TB, b []byte) []*tar.Header {
 	}
 }
 
+// tarNames lists the entry names of a tar stream.
 func tarNames(t testing.TB, b []byte) []string {
 	var out []string
 	for _, h := range tarHeaders(t, b) {

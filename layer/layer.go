@@ -69,6 +69,10 @@ type ApplyOptions struct {
 	// directory does not hide the lower's permissions behind 0755 root.
 	// Without lowers such directories are created 0755 and owned by 0:0.
 	Lowers []string
+	// MaxSize, when positive, refuses a layer whose regular files add up
+	// to more bytes: a few kilobytes of sparse entries can otherwise
+	// describe terabytes of zeros to read through.
+	MaxSize int64
 }
 
 // ExportOptions tunes Export and Changes.
@@ -126,6 +130,9 @@ var (
 	// ErrInvalidWhiteout marks a .wh. entry that names nothing (".wh.",
 	// ".wh..", ".wh...").
 	ErrInvalidWhiteout = errors.New("invalid whiteout entry")
+	// ErrTooLarge marks the entry that took a layer past
+	// ApplyOptions.MaxSize.
+	ErrTooLarge = errors.New("layer exceeds the size limit")
 	// ErrUnsupportedEntry marks an entry type a layer cannot hold.
 	ErrUnsupportedEntry = errors.New("unsupported entry type")
 )
