@@ -20,6 +20,7 @@ func sharedLayers(t *testing.T, fs guesttest.FS) (guesttest.Layers, string) {
 	l := guesttest.NewLayers(t, base, 1)
 	writeFile(t, filepath.Join(l.Lower[0], "f1"), "one")
 	writeFile(t, filepath.Join(l.Lower[0], "f2"), "two")
+	writeFile(t, filepath.Join(l.Lower[0], "f3"), "three")
 	mkdir(t, filepath.Join(l.Lower[0], "d"))
 	return l, base
 }
@@ -45,21 +46,20 @@ func TestSharedWorkdirKeepsFirstMountUsable(t *testing.T) {
 		b.Mount(t, "index=off")
 		kmsg.Expect(t, inUseMsg)
 
-		// Every operation of the first mount that stages in the work
-		// dir: a whiteout, a directory copy-up, a rename over a lower
-		// file (which needs a whiteout for the source).
+		// Operations of the first mount that stage in the work dir: a
+		// whiteout, a directory copy-up, and a rename of a lower file
+		// (a copy-up, then a whiteout where the source was).
 		if err := os.Remove(filepath.Join(a.Merged, "f2")); err != nil {
 			t.Errorf("unlink lower file in the first mount: %v", err)
 		}
 		if err := os.Mkdir(filepath.Join(a.Merged, "d", "x"), 0o755); err != nil {
 			t.Errorf("mkdir in a lower dir (directory copy-up) in the first mount: %v", err)
 		}
-		writeFile(t, filepath.Join(a.Merged, "new"), "n")
-		if err := os.Rename(filepath.Join(a.Merged, "new"), filepath.Join(a.Merged, "moved")); err != nil {
-			t.Errorf("rename in the first mount: %v", err)
+		if err := os.Rename(filepath.Join(a.Merged, "f3"), filepath.Join(a.Merged, "moved")); err != nil {
+			t.Errorf("rename of a lower file in the first mount: %v", err)
 		}
 
-		for _, name := range []string{"f1", "f2"} {
+		for _, name := range []string{"f1", "f2", "f3"} {
 			if _, err := os.Lstat(filepath.Join(a.Merged, name)); !os.IsNotExist(err) {
 				t.Errorf("%s after unlink in the first mount: got %v, want ENOENT", name, err)
 			}
