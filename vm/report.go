@@ -45,6 +45,10 @@ func WriteTable(w io.Writer, results ...*Result) {
 		if !r.OK() {
 			verdict = "FAIL"
 		}
+		if r.Serial == "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Label, verdict)
+			continue
+		}
 		fmt.Fprintf(w, "%s: %s (%s, %.1fs in the guest; serial log %s)\n", r.Label, verdict, r.Uname, r.Seconds, r.Serial)
 	}
 }

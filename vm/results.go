@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os/exec"
 	"sort"
 	"strings"
@@ -250,4 +251,37 @@ func suiteName(pkg string) string {
 		return pkg[i+1:]
 	}
 	return pkg
+}
+
+// ReadEvents parses a go test -json stream.
+func ReadEvents(r io.Reader) ([]Event, error) {
+	var evs []Event
+	dec := json.NewDecoder(r)
+	for {
+		var e Event
+		err := dec.Decode(&e)
+		if err == io.EOF {
+			return evs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("go test -json stream: %w", err)
+		}
+		evs = append(evs, e)
+	}
+}
+
+// ResultFromEvents judges a go test -json stream that did not come from a
+// guest (the host unit tests), so it can share the table and JUnit output.
+func ResultFromEvents(label string, evs []Event) *Result {
+	r := &Result{Label: label, Events: evs, Uname: "host"}
+	r.Tests = collectTests(evs)
+	judge(r.Tests, false)
+	for _, e := range evs {
+		// A package that fails to build or panics outside a test has
+		// only a package-level fail event.
+		if e.Test == "" && e.Action == "fail" {
+			r.Problems = append(r.Problems, "package "+e.Package+" failed")
+		}
+	}
+	return r
 }

@@ -99,8 +99,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The images only matter while the guest runs; the logs stay.
+		defer os.Remove(img)
 		qargs = append(qargs, diskArgs(i, fs, img)...)
 	}
+	defer os.Remove(initrd)
 	resultsPath := filepath.Join(c.WorkDir, "results.txt")
 	_ = os.Remove(resultsPath)
 	qargs = append(qargs,
@@ -132,7 +135,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, err
 	}
 	defer serialFile.Close()
-	lines := &lineCollector{progress: c.progress}
+	lines := &lineCollector{progress: c.progress, start: time.Now()}
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -269,6 +272,7 @@ type lineCollector struct {
 	mu       sync.Mutex
 	lines    []string
 	progress func(string, ...any)
+	start    time.Time
 }
 
 func (l *lineCollector) consume(r io.Reader, log io.Writer, console io.Writer) {
@@ -284,7 +288,7 @@ func (l *lineCollector) consume(r io.Reader, log io.Writer, console io.Writer) {
 		l.lines = append(l.lines, line)
 		l.mu.Unlock()
 		if i := strings.Index(line, "ovlinit: "); i >= 0 && l.progress != nil {
-			l.progress("guest: %s", line[i+len("ovlinit: "):])
+			l.progress("guest: %s (%.1fs after boot)", line[i+len("ovlinit: "):], time.Since(l.start).Seconds())
 		}
 	}
 	_, _ = io.Copy(io.Discard, r)

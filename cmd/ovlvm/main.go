@@ -6,6 +6,8 @@
 //	                         tests must fail on stock and pass on patched
 //	ovlvm selftest [flags]   show that the harness catches a failing guest
 //	                         test and a kernel WARN
+//	ovlvm junit -o FILE      turn go test -json on stdin into a table and
+//	                         JUnit XML (for the host unit tests)
 //
 // Kernels are named like scripts/kernel.sh names trees (stock, patched, or a
 // development tree) or given as a path to a bzImage.
@@ -43,6 +45,8 @@ func main() {
 		err = cmdTest(ctx, os.Args[2:])
 	case "selftest":
 		err = cmdSelftest(ctx, os.Args[2:])
+	case "junit":
+		err = cmdJUnit(os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 	default:
@@ -158,6 +162,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 	if h.pkgs, err = vm.ListGuestPackages(ctx, h.goBin, h.o.top, patterns...); err != nil {
 		return nil, err
 	}
+	pruneRuns(o.cache, 24*time.Hour)
 	h.runRoot, err = os.MkdirTemp(o.cache, "run-")
 	if err != nil {
 		return nil, err
@@ -179,6 +184,16 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 		return nil, fmt.Errorf("-accel %q: want auto, kvm or tcg", o.accel)
 	}
 	return h, nil
+}
+
+// pruneRuns removes run directories (logs of earlier runs) older than age.
+func pruneRuns(cache string, age time.Duration) {
+	old, _ := filepath.Glob(filepath.Join(cache, "run-*"))
+	for _, d := range old {
+		if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > age {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 func progress(format string, args ...any) {
@@ -477,4 +492,30 @@ func passFail(ok bool) string {
 		return "PASS"
 	}
 	return "FAIL"
+}
+
+func cmdJUnit(args []string) error {
+	fs := flag.NewFlagSet("junit", flag.ExitOnError)
+	out := fs.String("o", "", "JUnit XML output file")
+	label := fs.String("label", "host", "name of this run in the report")
+	fs.Parse(args)
+	evs, err := vm.ReadEvents(os.Stdin)
+	if err != nil {
+		return err
+	}
+	res := vm.ResultFromEvents(*label, evs)
+	vm.WriteTable(os.Stdout, res)
+	if *out != "" {
+		b, err := vm.JUnit(res)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*out, b, 0o644); err != nil {
+			return err
+		}
+	}
+	if !res.OK() {
+		return fmt.Errorf("%s tests failed", *label)
+	}
+	return nil
 }

@@ -1,6 +1,6 @@
 // Command ovlinit runs inside the ovlkit guest as u-root's uinit: it runs
 // every test binary the host packed into the initramfs, streams their output
-// and the kernel log to the host over a virtio console, and powers off.
+// and the kernel log to the host over a virtio console, and ends the VM.
 //
 // The host reads the stream with package vm (vm/protocol.go). Lines are
 // plain text; records the host must recognise start with the protocol tag
@@ -38,10 +38,11 @@ func main() {
 		log.Print(err)
 	}
 	unix.Sync()
-	// Power off rather than returning to init: returning would start a
-	// shell and the host would wait for its timeout.
-	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
-		log.Printf("power off: %v", err)
+	// Reboot rather than return to init, which would start a shell and
+	// leave the host waiting for its timeout. QEMU runs with -no-reboot, so
+	// a reboot ends it; unlike power-off this needs no ACPI in the guest.
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART); err != nil {
+		log.Printf("reboot: %v", err)
 	}
 	select {}
 }
@@ -160,6 +161,7 @@ func runBinary(w io.Writer, e entry, timeout time.Duration) {
 	if v := os.Getenv("OVLKIT_BENCHCOUNT"); v != "" {
 		args = append(args, "-test.count="+v)
 	}
+	log.Printf("running %s", e.pkg)
 	fmt.Fprintf(w, "%sbegin %s\n", tag, e.pkg)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()

@@ -107,6 +107,12 @@ func (fs FS) root(t testing.TB) string {
 	if dir, ok := mounted[fs.Name]; ok {
 		return dir
 	}
+	// An earlier test binary in this boot may have mounted the disk: reuse
+	// that mount rather than fail with EBUSY.
+	if dir := mountPointOf(fs.Device); dir != "" {
+		mounted[fs.Name] = dir
+		return dir
+	}
 	dir := filepath.Join(scratchRoot, fs.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("mkdir %s: %v", dir, err)
@@ -163,6 +169,21 @@ func (fs FS) Scratch(t testing.TB, opts string) string {
 		}
 	})
 	return d
+}
+
+// mountPointOf returns where dev is mounted, or "".
+func mountPointOf(dev string) string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == dev {
+			return unescapeMount(f[1])
+		}
+	}
+	return ""
 }
 
 // UnmountBeneath detaches every mount at or below dir, deepest first.
