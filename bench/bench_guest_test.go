@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -119,10 +120,19 @@ func ovlkitApply(dir string, r io.Reader) error {
 	return err
 }
 
-// goArchiveApply is what moby's overlay2 does with a layer, minus the
-// chroot: decompress (ApplyLayer's own detection) and unpack with overlay
-// whiteouts.
-func goArchiveApply(dir string, r io.Reader) error {
+// goArchiveUntar is what moby's overlay2 does with a layer, minus the
+// chroot: go-archive's Untar (compression detected from the stream) with
+// overlay whiteouts, which produces the same upper directory as ours.
+func goArchiveUntar(dir string, r io.Reader) error {
+	return archive.Untar(r, dir, &archive.TarOptions{WhiteoutFormat: archive.OverlayWhiteoutFormat})
+}
+
+// goArchiveApplyLayer is go-archive's ApplyLayer path (decompress, then
+// ApplyUncompressedLayer). It ignores the whiteout format and deletes
+// whited-out paths as on a flat root file system, so its result is not an
+// overlay upper directory; it is measured because it is the other entry
+// point peers use.
+func goArchiveApplyLayer(dir string, r io.Reader) error {
 	rc, err := compression.DecompressStream(r)
 	if err != nil {
 		return err
@@ -135,7 +145,7 @@ func goArchiveApply(dir string, r io.Reader) error {
 var appliers = []struct {
 	name string
 	fn   applier
-}{{"ovlkit", ovlkitApply}, {"goarchive", goArchiveApply}}
+}{{"ovlkit", ovlkitApply}, {"goarchive-untar", goArchiveUntar}, {"goarchive-applylayer", goArchiveApplyLayer}}
 
 // BenchmarkApplyDiff measures tar layer unpacking into an overlay upper
 // directory, ours against go-archive, on the same bytes.
@@ -146,6 +156,9 @@ func BenchmarkApplyDiff(b *testing.B) {
 			for _, codec := range []string{"plain", "gzip", "zstd"} {
 				b.Run(codec, func(b *testing.B) {
 					for _, a := range appliers {
+						if a.name == "goarchive-applylayer" && codec != "plain" {
+							continue // the decompressors are the same as for untar
+						}
 						b.Run(a.name, func(b *testing.B) {
 							scratch := fs.Scratch(b, "")
 							b.SetBytes(d.content)
@@ -249,6 +262,9 @@ var drivers = []struct {
 func openDriver(b *testing.B, fs guesttest.FS, name string, open func(string) (driver, error)) driver {
 	b.Helper()
 	home := filepath.Join(fs.Scratch(b, ""), name)
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		b.Fatal(err)
+	}
 	d, err := open(home)
 	if err != nil {
 		b.Fatalf("open %s in %s: %v", name, home, err)
@@ -372,7 +388,7 @@ func TestSameTreeAsGoArchive(t *testing.T) {
 	}
 	fs := guesttest.Filesystems()[0]
 	var trees [][]string
-	for _, a := range appliers {
+	for _, a := range appliers[:2] {
 		dir := filepath.Join(fs.Scratch(t, ""), a.name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -382,8 +398,15 @@ func TestSameTreeAsGoArchive(t *testing.T) {
 		}
 		trees = append(trees, listTree(t, dir))
 	}
-	if strings.Join(trees[0], "\n") != strings.Join(trees[1], "\n") {
-		t.Errorf("ovlkit and go-archive applied different trees:\n%s\n---\n%s", strings.Join(trees[0], "\n"), strings.Join(trees[1], "\n"))
+	if len(trees[0]) != len(trees[1]) {
+		t.Errorf("ovlkit applied %d entries, go-archive %d", len(trees[0]), len(trees[1]))
+	}
+	shown := 0
+	for i := 0; i < len(trees[0]) && i < len(trees[1]) && shown < 10; i++ {
+		if trees[0][i] != trees[1][i] {
+			t.Errorf("entry %d differs:\n  ovlkit:     %s\n  go-archive: %s", i, trees[0][i], trees[1][i])
+			shown++
+		}
 	}
 }
 
@@ -394,15 +417,18 @@ func listTree(t *testing.T, root string) []string {
 			return err
 		}
 		rel, _ := filepath.Rel(root, p)
-		line := fmt.Sprintf("%s %v %d", rel, fi.Mode(), fi.Size())
+		st := fi.Sys().(*syscall.Stat_t)
+		line := fmt.Sprintf("%s %v %d:%d rdev=%d", rel, fi.Mode(), st.Uid, st.Gid, st.Rdev)
 		if fi.Mode().IsRegular() {
 			b, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
-			line += fmt.Sprintf(" %x", crc(b))
+			line += fmt.Sprintf(" %d %x", fi.Size(), crc(b))
 		}
-		if rel != "." {
+		// Directories the tar did not list, and whiteouts, get the time
+		// of the apply.
+		if !fi.IsDir() && fi.Mode()&os.ModeCharDevice == 0 {
 			line += " " + fi.ModTime().UTC().Format(time.RFC3339Nano)
 		}
 		out = append(out, line)

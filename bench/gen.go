@@ -99,7 +99,8 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 				return entries, err
 			}
 		case 2:
-			if err := write(&tar.Header{Typeflag: tar.TypeLink, Name: name + ".lnk", Linkname: name}, nil); err != nil {
+			// Real tars repeat the inode's metadata on its hard links.
+			if err := write(&tar.Header{Typeflag: tar.TypeLink, Name: name + ".lnk", Linkname: name, Mode: mode, Uid: i % 3, Gid: i % 5}, nil); err != nil {
 				return entries, err
 			}
 		case 3:
