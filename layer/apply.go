@@ -194,6 +194,12 @@ func splitRel(rel string) (dir, base string) {
 // the kernel would, but resolution never leaves root (RESOLVE_BENEATH) and
 // never uses /proc magic links.
 func (a *applier) openDir(rel string) (int, error) {
+	return a.openDirMode(rel, true)
+}
+
+// openDirMode is openDir; with replace false a whiteout in the way is
+// reported as ENOTDIR instead of becoming a directory.
+func (a *applier) openDirMode(rel string, replace bool) (int, error) {
 	if rel == "" {
 		return a.rootFd, nil
 	}
@@ -204,7 +210,9 @@ func (a *applier) openDir(rel string) (int, error) {
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	})
-	if errors.Is(err, unix.ENOENT) {
+	if errors.Is(err, unix.ENOENT) || (replace && errors.Is(err, unix.ENOTDIR)) {
+		// Missing, or in the way (a whiteout): mkparent creates what the
+		// tar left implicit and refuses anything else.
 		if err := a.mkparent(rel); err != nil {
 			return -1, err
 		}
@@ -252,7 +260,7 @@ func (a *applier) mkparent(rel string) error {
 			times = &dirTimes{atime: n.st.Atim, mtime: n.st.Mtim}
 		}
 	}
-	if err := unix.Mkdirat(pfd, base, 0o700); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := a.mkdirOver(pfd, base, true); err != nil {
 		return fmt.Errorf("create parent directory %q: %w", rel, err)
 	}
 	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -446,7 +454,7 @@ func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 	if err := checkIDs(hdr); err != nil {
 		return err
 	}
-	pfd, err := a.openDir(dir)
+	pfd, err := a.openDirMode(dir, false)
 	if err != nil {
 		// A whiteout below a path this layer already whited out or
 		// replaced by a file is redundant, not an error.
@@ -654,23 +662,8 @@ func (a *applier) setXattrsAt(pfd int, base string, xattrs map[string][]byte) er
 }
 
 func (a *applier) directory(pfd int, rel, base string, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
-	err := unix.Mkdirat(pfd, base, 0o700)
-	if errors.Is(err, unix.EEXIST) {
-		var st unix.Stat_t
-		if err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("stat existing: %w", err)
-		}
-		// An existing directory is kept: it may already hold entries or
-		// an opaque marker from earlier in this tar.
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			if err = a.removeAt(pfd, base); err != nil {
-				return err
-			}
-			err = unix.Mkdirat(pfd, base, 0o700)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("mkdir: %w", err)
+	if err := a.mkdirOver(pfd, base, false); err != nil {
+		return err
 	}
 	if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
@@ -686,6 +679,49 @@ func (a *applier) directory(pfd int, rel, base string, hdr *tar.Header, mode uin
 	t := entryTimes(hdr)
 	a.times[rel] = dirTimes{atime: t[0], mtime: t[1]}
 	a.dirty[rel] = true
+	return nil
+}
+
+// mkdirOver makes base a directory. An existing directory is kept: it may
+// already hold entries or an opaque marker from earlier in this tar. Any
+// other entry is replaced; when that entry is a whiteout, the new
+// directory is marked opaque, as overlayfs marks a directory created over
+// a whiteout, so that what the layer deleted below stays deleted.
+//
+// An implicit parent (one the tar did not list) only replaces a whiteout:
+// a file in the way of a path is an error in the tar, not something to
+// delete.
+func (a *applier) mkdirOver(pfd int, base string, implicit bool) error {
+	err := unix.Mkdirat(pfd, base, 0o700)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("mkdir %q: %w", base, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("stat existing %q: %w", base, err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return nil
+	}
+	whiteout := st.Mode&unix.S_IFMT == unix.S_IFCHR && st.Rdev == 0
+	if implicit && !whiteout {
+		return fmt.Errorf("parent %q: %w", base, unix.ENOTDIR)
+	}
+	if err := a.removeAt(pfd, base); err != nil {
+		return err
+	}
+	if err := unix.Mkdirat(pfd, base, 0o700); err != nil {
+		return fmt.Errorf("mkdir %q: %w", base, err)
+	}
+	if whiteout {
+		p := "/proc/self/fd/" + strconv.Itoa(pfd) + "/" + base
+		if err := unix.Lsetxattr(p, a.prefix+"opaque", []byte("y"), 0); err != nil {
+			return fmt.Errorf("mark %q opaque: %w", base, err)
+		}
+	}
 	return nil
 }
 

@@ -422,3 +422,20 @@ func TestApplyMaxSize(t *testing.T) {
 		t.Errorf("got %v, want ErrTooLarge naming b", err)
 	}
 }
+
+// TestApplyDirectoryOverWhiteout: a layer that deletes a directory and
+// creates it again must not let the lower's content show through.
+func TestApplyDirectoryOverWhiteout(t *testing.T) {
+	root := t.TempDir()
+	mustApply(t, root, mkTar(t,
+		reg(".wh.a", "", 0o600), dir("a/", 0o755), reg("a/new", "n", 0o644),
+		reg(".wh.b", "", 0o600), reg("b/implicit", "i", 0o644),
+	), ApplyOptions{})
+	mt := " mtime=1700000000.123456789"
+	equalLists(t, "tree", tree(t, root), []string{
+		"a: dir 0755 0:0 trusted.overlay.opaque=y",
+		"a/new: file 0644 0:0 1 " + sha("n") + mt,
+		"b: dir 0755 0:0 trusted.overlay.opaque=y",
+		"b/implicit: file 0644 0:0 1 " + sha("i") + mt,
+	})
+}
