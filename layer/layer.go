@@ -166,11 +166,12 @@ func Export(ctx context.Context, w io.Writer, diff string, opts ExportOptions) e
 	return export(ctx, w, diff, opts)
 }
 
-// Changes lists what diff changes relative to lowers, sorted by path. It
-// reads diff and looks up only the paths diff holds in the lowers, except
-// below opaque or redirected directories, whose whole merged content it
-// compares. The result equals TreeChanges on the flattened lowers and the
-// flattened lowers plus diff.
+// Changes lists what diff changes relative to lowers (top first), sorted
+// by path. It reads diff and looks up only the paths diff holds in the
+// lowers, except below opaque or redirected directories, whose whole
+// merged content it compares. The result equals TreeChanges on the
+// flattened lowers and the flattened lowers plus diff. Only
+// opts.Whiteouts is used: the lowers are the argument.
 func Changes(ctx context.Context, diff string, lowers []string, opts ExportOptions) ([]Change, error) {
 	return changes(ctx, diff, lowers, opts)
 }
