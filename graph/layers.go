@@ -327,7 +327,7 @@ func (s *Store) Layers() ([]LayerInfo, error) {
 }
 
 // Remove deletes a layer that has no children and is not mounted.
-func (s *Store) Remove(id string) error {
+func (s *Store) Remove(id string) (err error) {
 	unlock, err := s.lockLayer(id)
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
@@ -337,7 +337,13 @@ func (s *Store) Remove(id string) error {
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
 	}
-	defer stg.discard()
+	defer func() {
+		// The layer is gone from the state already; a leftover is
+		// reclaimed by the next Open, but the caller should know.
+		if derr := stg.discard(); derr != nil && err == nil {
+			err = fmt.Errorf("remove %s: layer removed, files left in staging: %w", id, derr)
+		}
+	}()
 	err = s.update(func(st *state) (bool, error) {
 		r, ok := st.Layers[id]
 		if !ok {
@@ -404,6 +410,9 @@ func (s *Store) Get(id string) (string, error) {
 		}
 		mountedNow = true
 		r.Mounts, r.ReadOnly = 1, ro
+		if !ro {
+			r.Written = true
+		}
 		return true, nil
 	})
 	if err != nil {

@@ -40,8 +40,11 @@ type layerRecord struct {
 	Committed bool `json:"committed,omitempty"`
 	// Applied is set once ApplyDiff has filled the layer; Size is the
 	// content size it reported.
-	Applied bool      `json:"applied,omitempty"`
-	Size    int64     `json:"size,omitempty"`
+	Applied bool  `json:"applied,omitempty"`
+	Size    int64 `json:"size,omitempty"`
+	// Written is set when the layer was mounted read-write after
+	// ApplyDiff: its content may differ from Size from then on.
+	Written bool      `json:"written,omitempty"`
 	Created time.Time `json:"created"`
 	// Mounts is the reference count of Get calls from every process. It is
 	// checked against the kernel before use, so a count left behind by a
@@ -162,7 +165,7 @@ func (f *stateFile) invalidate() { f.cached = nil }
 
 // store writes st; the caller must hold the store lock.
 func (f *stateFile) store(st *state) error {
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("encode state: %w", err)
 	}

@@ -168,7 +168,7 @@ func (s *Store) Check() ([]Problem, error) {
 			if m := isMounted(s.mergedDir(id)); m != (r.Mounts > 0) {
 				add(id, "mount count %d but mounted=%v", r.Mounts, m)
 			}
-			if r.Applied {
+			if r.Applied && !r.Written {
 				if n, err := layerSize(s.diffDir(id)); err != nil {
 					add(id, "size: %v", err)
 				} else if n != r.Size {

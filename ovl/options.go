@@ -85,6 +85,35 @@ func escapePath(p string) string {
 	return b.String()
 }
 
+// dataLen is len(c.Data()) without building the string: a 500-layer
+// configuration under a long home is checked on every Create, and its
+// absolute form (well over a page) is never used.
+func (c Config) dataLen() int {
+	esc := func(p string) int {
+		n := len(p)
+		for i := 0; i < len(p); i++ {
+			if p[i] == ',' || p[i] == ':' || p[i] == '\\' {
+				n++
+			}
+		}
+		return n
+	}
+	n := len("lowerdir=")
+	for i, l := range c.Lower {
+		if i > 0 {
+			n++
+		}
+		n += esc(l)
+	}
+	if c.Upper != "" {
+		n += len(",upperdir=") + esc(c.Upper) + len(",workdir=") + esc(c.Work)
+	}
+	for _, o := range c.Options {
+		n += 1 + len(o)
+	}
+	return n
+}
+
 // Data renders the legacy mount(2) data string.
 func (c Config) Data() string {
 	var b strings.Builder
@@ -110,9 +139,15 @@ func (c Config) Data() string {
 
 // Relative returns c with every layer path made relative to base.
 func (c Config) Relative(base string) (Config, error) {
+	prefix := strings.TrimSuffix(base, "/") + "/"
 	rel := func(p string) (string, error) {
 		if p == "" {
 			return "", nil
+		}
+		// Fast path for paths below base, the common case: a store's
+		// 500 lowers all live in one directory.
+		if r, ok := strings.CutPrefix(p, prefix); ok && r != "" && !strings.Contains(r, "..") && filepath.Clean(r) == r {
+			return r, nil
 		}
 		r, err := filepath.Rel(base, p)
 		if err != nil {
@@ -159,12 +194,12 @@ func (c Config) LegacyPlan(pageSize int) (Plan, error) {
 	if err := c.Validate(); err != nil {
 		return Plan{}, err
 	}
-	abs := c.Data()
-	if FitsPage(len(abs), pageSize) {
-		return Plan{Data: abs}, nil
+	absLen := c.dataLen()
+	if FitsPage(absLen, pageSize) {
+		return Plan{Data: c.Data()}, nil
 	}
 	if c.Base == "" {
-		return Plan{}, fmt.Errorf("%d bytes with %d lower layers, page %d: %w", len(abs), len(c.Lower), pageSize, ErrDataTooLong)
+		return Plan{}, fmt.Errorf("%d bytes with %d lower layers, page %d: %w", absLen, len(c.Lower), pageSize, ErrDataTooLong)
 	}
 	r, err := c.Relative(c.Base)
 	if err != nil {

@@ -19,6 +19,9 @@ func TestDataEscapesSeparators(t *testing.T) {
 	if got != want {
 		t.Fatalf("Data() = %q, want %q", got, want)
 	}
+	if c.dataLen() != len(got) {
+		t.Fatalf("dataLen() = %d, len(Data()) = %d", c.dataLen(), len(got))
+	}
 }
 
 func TestDataReadOnly(t *testing.T) {
