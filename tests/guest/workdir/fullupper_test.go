@@ -3,12 +3,12 @@
 package workdir
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -38,45 +38,16 @@ func fillInodes(t *testing.T, dir string) []string {
 	}
 }
 
-// watchCreates reports names created in or renamed out of dir from now on.
-type watchCreates struct {
-	fd int
-}
-
-func newWatchCreates(t *testing.T, dir string) *watchCreates {
+// dirTimes returns the modification and change times of dir. Creating a
+// name in a directory or renaming one out of it updates both; an O_TMPFILE
+// file created in it does not.
+func dirTimes(t *testing.T, dir string) [2]unix.Timespec {
 	t.Helper()
-	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		t.Fatalf("inotify_init1: %v", err)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatalf("stat %s: %v", dir, err)
 	}
-	t.Cleanup(func() { unix.Close(fd) })
-	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO); err != nil {
-		t.Fatalf("inotify_add_watch %s: %v", dir, err)
-	}
-	return &watchCreates{fd: fd}
-}
-
-// names returns the names of the events seen so far.
-func (w *watchCreates) names(t *testing.T) []string {
-	t.Helper()
-	var out []string
-	buf := make([]byte, 4096)
-	for {
-		n, err := unix.Read(w.fd, buf)
-		if err == unix.EAGAIN {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("read inotify: %v", err)
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			// struct inotify_event: wd, mask, cookie, len, name[len].
-			nameLen := int(binary.NativeEndian.Uint32(buf[off+12:]))
-			start := off + unix.SizeofInotifyEvent
-			out = append(out, strings.TrimRight(string(buf[start:start+nameLen]), "\x00"))
-			off = start + nameLen
-		}
-	}
+	return [2]unix.Timespec{st.Mtim, st.Ctim}
 }
 
 // An upper filesystem without free inodes at mount time: the feature probes
@@ -87,6 +58,7 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 	base := guesttest.FS{Name: "tmpfs"}.Scratch(t, "size=16m,nr_inodes=64")
 	l := guesttest.NewLayers(t, base, 1)
 	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
+	mkdir(t, filepath.Join(l.Lower[0], "d"))
 
 	// A first mount creates work/work; the mount under test then only
 	// re-creates it in the inode its cleanup frees.
@@ -94,7 +66,7 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 	l.Unmount(t)
 
 	filler := fillInodes(t, filepath.Join(base, "filler"))
-	if len(filler) < 3 {
+	if len(filler) < 4 {
 		t.Fatalf("only %d filler files fit; the test needs a few to free later", len(filler))
 	}
 
@@ -122,15 +94,19 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 		t.Errorf("create on the full upper fs: got %v, want ENOSPC", err)
 	}
 
-	for _, p := range filler[:3] {
+	for _, p := range filler[:4] {
 		if err := os.Remove(p); err != nil {
 			t.Fatalf("free an inode: %v", err)
 		}
 	}
 
 	// Copy-up through the work dir creates a temporary file there and
-	// renames it; O_TMPFILE copy-up never names anything in it.
-	w := newWatchCreates(t, filepath.Join(l.Work, "work"))
+	// renames it, which changes the times of work/work; O_TMPFILE
+	// copy-up leaves them alone. The wait lets the kernel's coarse clock
+	// move on, so that a change would show.
+	workWork := filepath.Join(l.Work, "work")
+	before := dirTimes(t, workWork)
+	time.Sleep(20 * time.Millisecond)
 	f, err := os.OpenFile(filepath.Join(l.Merged, "f"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatalf("open lower file for write (copy-up): %v", err)
@@ -141,11 +117,22 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	if names := w.names(t); len(names) != 0 {
-		t.Errorf("copy-up went through the work dir (tmpfile turned off at mount): created %v", names)
+	if after := dirTimes(t, workWork); after != before {
+		t.Errorf("copy-up went through the work dir (tmpfile turned off at mount): work/work times %v -> %v", before, after)
 	}
 	b, err = os.ReadFile(filepath.Join(l.Upper, "f"))
 	if err != nil || string(b) != "lower data+" {
 		t.Errorf("copied-up file in upper: %q, %v", b, err)
+	}
+
+	// Directories are always copied up through the work dir: this shows
+	// that the times above would have changed if the file had been too.
+	before = dirTimes(t, workWork)
+	time.Sleep(20 * time.Millisecond)
+	if err := os.Mkdir(filepath.Join(l.Merged, "d", "x"), 0o755); err != nil {
+		t.Fatalf("mkdir in a lower dir (directory copy-up): %v", err)
+	}
+	if after := dirTimes(t, workWork); after == before {
+		t.Errorf("directory copy-up through the work dir left the work/work times unchanged (%v)", before)
 	}
 }
