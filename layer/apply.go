@@ -38,6 +38,13 @@ const (
 
 var zeroBlock [holeBlock]byte
 
+// cachedDir is an open directory beneath the root and the group a file
+// created in it gets.
+type cachedDir struct {
+	fd     int
+	newGid int
+}
+
 type dirTimes struct {
 	atime, mtime unix.Timespec
 }
@@ -55,7 +62,7 @@ type applier struct {
 	// cleaned relative path ("" is root). It is flushed whenever a
 	// directory or symlink is removed, since a cached path could then name
 	// a different directory than the descriptor.
-	dirs map[string]int
+	dirs map[string]cachedDir
 	// retired holds descriptors dropped from dirs during the current
 	// entry; callers may still hold them, so they close between entries.
 	retired []int
@@ -63,6 +70,11 @@ type applier struct {
 	dirty   map[string]bool     // directories to fsync when opts.Sync
 	buf     []byte
 	size    int64
+	// euid and egid own what Apply creates, unless a setgid directory
+	// passes its group on; a file already owned as its entry says needs
+	// no chown.
+	euid, egid int
+	rootGid    int
 	// rootOpaque records a .wh..wh..opq at the top of the tar. overlayfs
 	// ignores the opaque xattr on a layer's root, so with known lowers
 	// it is turned into whiteouts of everything the lowers show there.
@@ -84,7 +96,7 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		rootFd: rootFd,
 		opts:   opts,
 		prefix: prefix,
-		dirs:   make(map[string]int),
+		dirs:   make(map[string]cachedDir),
 		times:  make(map[string]dirTimes),
 		dirty:  make(map[string]bool),
 		buf:    make([]byte, copyBufSize),
@@ -93,6 +105,12 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		a.lowers = &fsView{layers: opts.Lowers, prefix: prefix}
 	}
 	defer a.close()
+	a.euid, a.egid = os.Geteuid(), os.Getegid()
+	var rootSt unix.Stat_t
+	if err := unix.Fstat(rootFd, &rootSt); err != nil {
+		return 0, fmt.Errorf("layer: stat apply root %s: %w", root, err)
+	}
+	a.rootGid = a.newGid(&rootSt)
 
 	plain, closeDecomp, err := decompress(r)
 	if err != nil {
@@ -141,8 +159,8 @@ func (a *applier) close() {
 
 // flushDirs forgets every cached directory descriptor.
 func (a *applier) flushDirs() {
-	for k, fd := range a.dirs {
-		a.retired = append(a.retired, fd)
+	for k, d := range a.dirs {
+		a.retired = append(a.retired, d.fd)
 		delete(a.dirs, k)
 	}
 }
@@ -152,6 +170,25 @@ func (a *applier) closeRetired() {
 		_ = unix.Close(fd)
 	}
 	a.retired = a.retired[:0]
+}
+
+// newGid is the group of a file created in the directory st describes.
+func (a *applier) newGid(st *unix.Stat_t) int {
+	if st.Mode&unix.S_ISGID != 0 {
+		return int(st.Gid)
+	}
+	return a.egid
+}
+
+// dirGid is newGid for the cached directory rel.
+func (a *applier) dirGid(rel string) int {
+	if rel == "" {
+		return a.rootGid
+	}
+	if d, ok := a.dirs[rel]; ok {
+		return d.newGid
+	}
+	return -1 // unknown: always chown
 }
 
 // cleanEntryName turns a tar entry name (or hard link target) into a
@@ -203,8 +240,8 @@ func (a *applier) openDirMode(rel string, replace bool) (int, error) {
 	if rel == "" {
 		return a.rootFd, nil
 	}
-	if fd, ok := a.dirs[rel]; ok {
-		return fd, nil
+	if d, ok := a.dirs[rel]; ok {
+		return d.fd, nil
 	}
 	fd, err := unix.Openat2(a.rootFd, rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -230,7 +267,12 @@ func (a *applier) openDirMode(rel string, replace bool) (int, error) {
 	if len(a.dirs) >= maxCachedDirs {
 		a.flushDirs()
 	}
-	a.dirs[rel] = fd
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		_ = unix.Close(fd)
+		return -1, fmt.Errorf("stat directory %q: %w", rel, err)
+	}
+	a.dirs[rel] = cachedDir{fd: fd, newGid: a.newGid(&st)}
 	return fd, nil
 }
 
@@ -412,7 +454,7 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	mode := uint32(hdr.Mode) & 0o7777
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeGNUSparse: // archive/tar reports TypeRegA as TypeReg
-		return a.regular(pfd, base, hdr, tr, mode, xattrs)
+		return a.regular(pfd, base, hdr, tr, mode, xattrs, a.dirGid(dir))
 	case tar.TypeDir:
 		return a.directory(pfd, rel, base, hdr, mode, xattrs)
 	case tar.TypeSymlink:
@@ -492,7 +534,7 @@ func (a *applier) rootDir(hdr *tar.Header, xattrs map[string][]byte) error {
 	return nil
 }
 
-func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte) error {
+func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte, gid int) error {
 	if hdr.Size < 0 {
 		return fmt.Errorf("negative size %d", hdr.Size)
 	}
@@ -512,7 +554,10 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 	}
 	err = a.fillFile(fd, tr, hdr.Size)
 	if err == nil {
-		err = a.setMeta(fd, hdr, mode, xattrs)
+		// A new file already has the owner most entries ask for (0:0 when
+		// root applies); skipping the chown saves a system call per file.
+		chown := hdr.Uid != a.euid || hdr.Gid != gid
+		err = a.setMeta(fd, hdr, mode, xattrs, chown)
 	}
 	if err == nil {
 		t := entryTimes(hdr)
@@ -606,9 +651,11 @@ func pwriteAll(fd int, b []byte, off int64) error {
 
 // setMeta gives an open file its owner, mode and xattrs, in that order:
 // chown clears setuid bits and security.capability, so both come after it.
-func (a *applier) setMeta(fd int, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
-	if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
-		return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
+func (a *applier) setMeta(fd int, hdr *tar.Header, mode uint32, xattrs map[string][]byte, chown bool) error {
+	if chown {
+		if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
+			return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
+		}
 	}
 	if err := unix.Fchmod(fd, mode); err != nil {
 		return fmt.Errorf("chmod %o: %w", mode, err)

@@ -439,3 +439,22 @@ func TestApplyDirectoryOverWhiteout(t *testing.T) {
 		"b/implicit: file 0644 0:0 1 " + sha("i") + mt,
 	})
 }
+
+// TestApplyOwnerInSetgidDirectory: a file created in a setgid directory
+// takes the directory's group, so an entry owned 0:0 must still be
+// chowned there.
+func TestApplyOwnerInSetgidDirectory(t *testing.T) {
+	g := dir("g/", 0o2775)
+	g.hdr.Gid = 50
+	inherit := reg("g/h", "h", 0o644)
+	inherit.hdr.Gid = 50
+	root := t.TempDir()
+	mustApply(t, root, mkTar(t, g, reg("g/f", "f", 0o644), inherit, reg("top", "t", 0o644)), ApplyOptions{})
+	mt := " mtime=1700000000.123456789"
+	equalLists(t, "tree", tree(t, root), []string{
+		"g: dir 2775 0:50",
+		"g/f: file 0644 0:0 1 " + sha("f") + mt,
+		"g/h: file 0644 0:50 1 " + sha("h") + mt,
+		"top: file 0644 0:0 1 " + sha("t") + mt,
+	})
+}
