@@ -165,6 +165,15 @@ func (a *applier) flushDirs() {
 	}
 }
 
+// forget drops the cached descriptor of rel, whose owner or mode just
+// changed: the group it hands to new files may be different now.
+func (a *applier) forget(rel string) {
+	if d, ok := a.dirs[rel]; ok {
+		a.retired = append(a.retired, d.fd)
+		delete(a.dirs, rel)
+	}
+}
+
 func (a *applier) closeRetired() {
 	for _, fd := range a.retired {
 		_ = unix.Close(fd)
@@ -528,6 +537,11 @@ func (a *applier) rootDir(hdr *tar.Header, xattrs map[string][]byte) error {
 	if err := a.setXattrsFd(a.rootFd, xattrs); err != nil {
 		return err
 	}
+	var st unix.Stat_t
+	if err := unix.Fstat(a.rootFd, &st); err != nil {
+		return fmt.Errorf("stat root: %w", err)
+	}
+	a.rootGid = a.newGid(&st)
 	t := entryTimes(hdr)
 	a.times[""] = dirTimes{atime: t[0], mtime: t[1]}
 	a.dirty[""] = true
@@ -718,6 +732,7 @@ func (a *applier) directory(pfd int, rel, base string, hdr *tar.Header, mode uin
 	if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
 		return fmt.Errorf("chmod %o: %w", mode, err)
 	}
+	a.forget(rel)
 	if len(xattrs) > 0 {
 		if err := a.setXattrsAt(pfd, base, xattrs); err != nil {
 			return err

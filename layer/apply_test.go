@@ -449,12 +449,20 @@ func TestApplyOwnerInSetgidDirectory(t *testing.T) {
 	inherit := reg("g/h", "h", 0o644)
 	inherit.hdr.Gid = 50
 	root := t.TempDir()
-	mustApply(t, root, mkTar(t, g, reg("g/f", "f", 0o644), inherit, reg("top", "t", 0o644)), ApplyOptions{})
+	// "late/" is listed after a file in it: its setgid bit must count
+	// for the files that follow.
+	late := dir("late/", 0o2755)
+	late.hdr.Gid = 60
+	mustApply(t, root, mkTar(t, g, reg("g/f", "f", 0o644), inherit, reg("top", "t", 0o644),
+		reg("late/a", "a", 0o644), late, reg("late/b", "b", 0o644)), ApplyOptions{})
 	mt := " mtime=1700000000.123456789"
 	equalLists(t, "tree", tree(t, root), []string{
 		"g: dir 2775 0:50",
 		"g/f: file 0644 0:0 1 " + sha("f") + mt,
 		"g/h: file 0644 0:50 1 " + sha("h") + mt,
+		"late: dir 2755 0:60",
+		"late/a: file 0644 0:0 1 " + sha("a") + mt,
+		"late/b: file 0644 0:0 1 " + sha("b") + mt,
 		"top: file 0644 0:0 1 " + sha("t") + mt,
 	})
 }
