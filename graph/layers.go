@@ -132,7 +132,10 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		if err := os.Rename(ldir, s.layerDir(id)); err != nil {
 			return false, fmt.Errorf("create %s: %w", id, err)
 		}
-		if err := ensureLink(s.linkPath(link), filepath.Join("..", "layers", id, "diff")); err != nil {
+		// The name is fresh (newLink checked the state), so a plain
+		// symlink will do; a stray of the same name fails it and the
+		// Create, to be cleaned by the next Open.
+		if err := os.Symlink("../layers/"+id+"/diff", s.linkPath(link)); err != nil {
 			os.Rename(s.layerDir(id), ldir)
 			return false, fmt.Errorf("create %s: %w", id, err)
 		}

@@ -323,7 +323,7 @@ func (s *Store) diffDir(id string) string        { return filepath.Join(s.home, 
 func (s *Store) workDir(id string) string        { return filepath.Join(s.home, "layers", id, "work") }
 func (s *Store) mergedDir(id string) string      { return filepath.Join(s.home, "layers", id, "merged") }
 func (s *Store) rootDir(id string) string        { return filepath.Join(s.home, "layers", id, "root") }
-func (s *Store) linkPath(link string) string     { return filepath.Join(s.home, "l", link) }
+func (s *Store) linkPath(link string) string     { return s.home + "/l/" + link }
 func (s *Store) emptyDir() string                { return filepath.Join(s.home, "empty") }
 func (s *Store) whiteouts() layer.WhiteoutFormat { return layer.OverlayWhiteouts }
 

@@ -19,8 +19,10 @@ type MountStats struct {
 	// Raw is the text after the fstype, including continuation lines.
 	Raw string
 	// Counters holds every key=value (or "key: value") pair of Raw whose
-	// value is an unsigned integer.
+	// value is an unsigned integer, except the format version.
 	Counters map[string]uint64
+	// StatVers is the statvers= value, the version of the format.
+	StatVers string
 }
 
 // HasStats reports whether the filesystem printed statistics at all.
@@ -53,6 +55,8 @@ func ParseMountStats(r io.Reader) ([]MountStats, error) {
 	}
 	for i := range out {
 		out[i].Counters = parseCounters(out[i].Raw)
+		out[i].StatVers = statVers(out[i].Raw)
+		delete(out[i].Counters, "statvers")
 	}
 	return out, nil
 }
@@ -97,6 +101,15 @@ func parseCounters(raw string) map[string]uint64 {
 		}
 	}
 	return c
+}
+
+func statVers(raw string) string {
+	for _, f := range strings.Fields(raw) {
+		if v, ok := strings.CutPrefix(f, "statvers="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // unmangle reverses the octal escapes the kernel uses for space, tab,

@@ -169,13 +169,17 @@ device server:/x mounted on /nfs with fstype nfs statvers=1.1
 	opts:	rw,vers=4.2
 	age:	12
 device overlay mounted on /m with fstype overlay
+device overlay mounted on /s with fstype overlay statvers=1 copyup_reg=2 copyup_dir=1 bytes_copied=10
 `
 	ms, err := ParseMountStats(strings.NewReader(in))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ms) != 4 {
-		t.Fatalf("%d entries, want 4", len(ms))
+	if len(ms) != 5 {
+		t.Fatalf("%d entries, want 5", len(ms))
+	}
+	if s := ms[4]; s.StatVers != "1" || len(s.Counters) != 3 || s.Counters["copyup_reg"] != 2 || s.Counters["bytes_copied"] != 10 {
+		t.Errorf("series format entry: %+v", s)
 	}
 	o := ms[1]
 	if o.MountPoint != "/mnt/a b" || o.FSType != "overlay" || !o.HasStats() {
