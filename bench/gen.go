@@ -2,7 +2,6 @@ package bench
 
 import (
 	"archive/tar"
-	"bytes"
 	"fmt"
 	"io"
 	"math/rand"
@@ -18,10 +17,12 @@ type LayerSpec struct {
 
 // GenerateLayer writes a tar layer shaped like a distribution image: a
 // directory tree, mostly small files with a tail of large ones scaled so
-// that the content adds up to spec.Bytes, half of them text-like
-// (compressible) and half random, plus symlinks, hard links and a few
-// whiteouts so that the overlay conversion is exercised. It returns the
-// number of entries written.
+// that the content adds up to spec.Bytes, half of them text (random words,
+// compressing about 2.5:1 like binaries and scripts do) and half random
+// bytes, plus symlinks, hard links and a few whiteouts so that the overlay
+// conversion is exercised. Every file's content is generated afresh: a
+// shared pool would let zstd's long window compress the layer to almost
+// nothing. It returns the number of entries written.
 func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 	if spec.Files <= 0 || spec.Bytes < int64(spec.Files) {
 		return 0, fmt.Errorf("layer spec %+v: need files > 0 and at least one byte per file", spec)
@@ -64,9 +65,15 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 	ints[0] += spec.Bytes - total // exact total
 	maxSize = max(maxSize, ints[0])
 
-	text := bytes.Repeat([]byte("The quick brown fox jumps over the lazy dog; lorem ipsum dolor sit amet.\n"), int(maxSize/70)+2)
-	random := make([]byte, maxSize+1)
-	rng.Read(random)
+	words := make([][]byte, 512)
+	for i := range words {
+		w := make([]byte, 2+rng.Intn(9))
+		for j := range w {
+			w[j] = byte('a' + rng.Intn(26))
+		}
+		words[i] = w
+	}
+	buf := make([]byte, maxSize)
 
 	dirs := make([]string, 0, spec.Files/25+1)
 	for i := 0; i < cap(dirs); i++ {
@@ -80,17 +87,18 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 		}
 	}
 	for i, size := range ints {
-		src := text
+		body := buf[:size]
 		if i%2 == 1 {
-			src = random
+			rng.Read(body)
+		} else {
+			fillText(rng, body, words)
 		}
-		off := rng.Int63n(int64(len(src)) - size + 1)
 		name := fmt.Sprintf("%s/f%05d", dirs[rng.Intn(len(dirs))], i)
 		mode := int64(0o644)
 		if i%7 == 0 {
 			mode = 0o755
 		}
-		if err := write(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: size, Uid: i % 3, Gid: i % 5}, src[off:off+size]); err != nil {
+		if err := write(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: size, Uid: i % 3, Gid: i % 5}, body); err != nil {
 			return entries, err
 		}
 		switch i % 100 {
@@ -113,4 +121,18 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 		return entries, fmt.Errorf("close tar: %w", err)
 	}
 	return entries, nil
+}
+
+// fillText fills b with lines of random words.
+func fillText(rng *rand.Rand, b []byte, words [][]byte) {
+	for i := 0; i < len(b); {
+		i += copy(b[i:], words[rng.Intn(len(words))])
+		if i < len(b) {
+			b[i] = ' '
+			if rng.Intn(10) == 0 {
+				b[i] = '\n'
+			}
+			i++
+		}
+	}
 }
