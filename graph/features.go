@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ovlkit/ovlkit/ovl"
+	"golang.org/x/sys/unix"
 )
 
 // featureCache is features.json: the probe result and the boot it belongs
@@ -19,12 +20,31 @@ type featureCache struct {
 	Features ovl.Features `json:"features"`
 }
 
+// bootID names the running boot: the kernel's boot id where sysctl is
+// built in, otherwise the kernel build and the boot time from /proc/stat,
+// which minimal kernels always have.
 func bootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return "", fmt.Errorf("read boot id: %w", err)
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		return strings.TrimSpace(string(b)), nil
 	}
-	return strings.TrimSpace(string(b)), nil
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	stat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return "", fmt.Errorf("read boot time: %w", err)
+	}
+	btime := ""
+	for _, line := range strings.Split(string(stat), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			btime = strings.TrimSpace(v)
+		}
+	}
+	if btime == "" {
+		return "", fmt.Errorf("no btime in /proc/stat")
+	}
+	return unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Version[:]) + " " + btime, nil
 }
 
 // loadFeatures returns this boot's probe result for home, probing when

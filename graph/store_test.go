@@ -597,3 +597,14 @@ func TestApplyDiffPublishesAtomically(t *testing.T) {
 		})
 	}
 }
+
+func TestBootIDStable(t *testing.T) {
+	a, err := bootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := bootID()
+	if err != nil || a != b || a == "" {
+		t.Fatalf("boot id %q then %q (%v)", a, b, err)
+	}
+}
