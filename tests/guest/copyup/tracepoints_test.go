@@ -37,6 +37,31 @@ func mountDev(t testing.TB, mountPoint string) string {
 	return dev
 }
 
+// mountDevOf returns the device number, as "major:minor", of the
+// superblock of the mount path is on: the deepest mount point above it.
+func mountDevOf(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatalf("read mountinfo: %v", err)
+	}
+	dev, best := "", -1
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unmangle(f[4])
+		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= best {
+			dev, best = f[2], len(mp)
+		}
+	}
+	if dev == "" {
+		t.Fatalf("no mount above %s in /proc/self/mountinfo", path)
+	}
+	return dev
+}
+
 // copyUpPair returns the one start and one end event in evs and fails the
 // test unless there is exactly one of each, for the overlay dev.
 func copyUpPair(t testing.TB, evs []traceEvent, dev string) (start, end traceEvent) {
@@ -207,7 +232,8 @@ func TestTraceUpperFeatures(t *testing.T) {
 		if got := e.str(t, "dev"); got != mountDev(t, l.Merged) {
 			t.Errorf("event is for device %s, the overlay is %s", got, mountDev(t, l.Merged))
 		}
-		if got, want := e.str(t, "upper_dev"), devString(lstat(t, l.Upper).Dev); got != want {
+		// Not st_dev of the upper dir: btrfs reports a per-subvolume one.
+		if got, want := e.str(t, "upper_dev"), mountDevOf(t, l.Upper); got != want {
 			t.Errorf("upper_dev=%s, the upper directory is on %s", got, want)
 		}
 		if got := e.str(t, "upper_fs"); got != fs.Name {
@@ -222,7 +248,10 @@ func TestTraceUpperFeatures(t *testing.T) {
 		tr.clear(t)
 		ro := filepath.Join(base, "ro")
 		mkdir(t, ro, 0o755)
-		if err := guesttest.TryMountAt(t, ro, "lowerdir="+l.Lower[0]); err != nil {
+		// Without upper layer overlayfs needs two lower layers.
+		second := filepath.Join(base, "second")
+		mkdir(t, second, 0o755)
+		if err := guesttest.TryMountAt(t, ro, "lowerdir="+l.Lower[0]+":"+second); err != nil {
 			t.Fatalf("mount lower-only overlay: %v", err)
 		}
 		if evs := named(tr.events(t), "ovl_upper_features"); len(evs) != 0 {
