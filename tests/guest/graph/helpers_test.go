@@ -84,7 +84,7 @@ func forEach(t *testing.T, fn func(t *testing.T, fs guesttest.FS, layout graph.L
 	})
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func hardlink(name, target string) entry {
 	return entry{name: name, typ: tar.TypeLink, link: target, mode: 0o644}
 }
 
-func mkTar(t *testing.T, entries ...entry) []byte {
+func mkTar(t testing.TB, entries ...entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
