@@ -173,7 +173,10 @@ main() {
 
 	mkdir -p "$ROOT"
 	exec 9>"$ROOT/$TREE.lock"
-	flock -n 9 || die "another series check is using $ROOT/$TREE"
+	if ! flock -n 9; then
+		say "waiting for another series check to finish with $ROOT/$TREE"
+		flock 9
+	fi
 
 	"$OVLKIT_TOP/scripts/kernel.sh" source
 	say "syncing the $TREE tree from pristine"
