@@ -269,8 +269,7 @@ func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
 			lowers = append(lowers, s.emptyDir())
 		}
 		cfg.Lower = lowers
-		// fsync= is about copy-up, which a read-only mount never does.
-		cfg.Options = s.feat.BaseOptions()
+		cfg.Options = s.readOnlyOptions()
 		return cfg, true, nil
 	}
 	cfg.Upper, cfg.Work = s.diffDir(id), s.workDir(id)

@@ -19,10 +19,13 @@ const stateVersion = 1
 // it has a record here; directories without a record are leftovers of an
 // interrupted operation and are removed when the store is opened.
 type state struct {
-	Version int                     `json:"version"`
-	Layout  Layout                  `json:"layout"`
-	Created time.Time               `json:"created"`
-	Layers  map[string]*layerRecord `json:"layers"`
+	Version int    `json:"version"`
+	Layout  Layout `json:"layout"`
+	// Userxattr stores overlay metadata as user.overlay.* and mounts
+	// with userxattr; fixed when the store is created, like the layout.
+	Userxattr bool                    `json:"userxattr,omitempty"`
+	Created   time.Time               `json:"created"`
+	Layers    map[string]*layerRecord `json:"layers"`
 }
 
 // layerRecord is what the store remembers about one layer.

@@ -15,6 +15,7 @@ import (
 type Status struct {
 	Home      string       `json:"home"`
 	Layout    Layout       `json:"layout"`
+	Userxattr bool         `json:"userxattr"`
 	BackingFS string       `json:"backing_fs"`
 	Layers    int          `json:"layers"`
 	Sync      SyncPolicy   `json:"sync"`
@@ -64,7 +65,7 @@ func BackingFS(dir string) (string, error) {
 
 // Status reports the store and the kernel features it uses.
 func (s *Store) Status() (Status, error) {
-	out := Status{Home: s.home, Layout: s.layout, Sync: s.sync, Features: s.feat, Missing: s.feat.Missing()}
+	out := Status{Home: s.home, Layout: s.layout, Userxattr: s.userx, Sync: s.sync, Features: s.feat, Missing: s.feat.Missing()}
 	var err error
 	if out.BackingFS, err = BackingFS(s.home); err != nil {
 		return out, err

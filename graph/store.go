@@ -101,6 +101,11 @@ type Options struct {
 	// FsyncStrict mounts layers with fsync=strict; Open fails when the
 	// kernel does not offer it.
 	FsyncStrict bool
+	// Userxattr makes a store created by this Open keep overlay metadata
+	// in user.overlay.* xattrs and mount with userxattr, the form an
+	// unprivileged overlay reads. Fixed at creation; for an existing store
+	// it must match or be false.
+	Userxattr bool
 	// Features replaces the probe, for callers that already probed this
 	// filesystem (the probe mounts, so it needs root).
 	Features *ovl.Features
@@ -111,6 +116,7 @@ type Options struct {
 type Store struct {
 	home     string
 	layout   Layout
+	userx    bool
 	sync     SyncPolicy
 	feat     ovl.Features
 	mounter  ovl.Mounter
@@ -201,6 +207,7 @@ func (s *Store) init(opts Options) error {
 			layout = LayoutOverlay
 		}
 		st = newState(layout, time.Now().UTC())
+		st.Userxattr = opts.Userxattr
 		if err := s.state.store(st); err != nil {
 			return err
 		}
@@ -210,7 +217,10 @@ func (s *Store) init(opts Options) error {
 	if opts.Layout != "" && opts.Layout != st.Layout {
 		return fmt.Errorf("store %s has layout %s, not %s", s.home, st.Layout, opts.Layout)
 	}
-	s.layout = st.Layout
+	if opts.Userxattr && !st.Userxattr {
+		return fmt.Errorf("store %s keeps overlay xattrs in trusted.overlay.*, not user.overlay.*", s.home)
+	}
+	s.layout, s.userx = st.Layout, st.Userxattr
 	if opts.Features != nil {
 		s.feat = *opts.Features
 	} else {
@@ -224,6 +234,15 @@ func (s *Store) init(opts Options) error {
 		return fmt.Errorf("store %s: %w", s.home, err)
 	}
 	s.mounter = ovl.Mounter{LowerdirPlus: s.feat.NewMountAPI}
+	if s.userx {
+		if !s.feat.Userxattr {
+			return fmt.Errorf("store %s needs the userxattr mount option, which the kernel refused: %s", s.home, s.feat.Notes["userxattr"])
+		}
+		if err := userXattrsWork(s.home); err != nil {
+			return fmt.Errorf("store %s: %w", s.home, err)
+		}
+		s.extraOpt = append(s.extraOpt, "userxattr")
+	}
 	if opts.FsyncStrict {
 		if !s.feat.FsyncStrict {
 			return fmt.Errorf("fsync=strict requested but the kernel does not offer it: %s", s.feat.Notes["fsync_strict"])
@@ -318,14 +337,47 @@ func flock(fd, how int) error {
 	}
 }
 
-func (s *Store) layerDir(id string) string       { return filepath.Join(s.home, "layers", id) }
-func (s *Store) diffDir(id string) string        { return filepath.Join(s.home, "layers", id, "diff") }
-func (s *Store) workDir(id string) string        { return filepath.Join(s.home, "layers", id, "work") }
-func (s *Store) mergedDir(id string) string      { return filepath.Join(s.home, "layers", id, "merged") }
-func (s *Store) rootDir(id string) string        { return filepath.Join(s.home, "layers", id, "root") }
-func (s *Store) linkPath(link string) string     { return s.home + "/l/" + link }
-func (s *Store) emptyDir() string                { return filepath.Join(s.home, "empty") }
-func (s *Store) whiteouts() layer.WhiteoutFormat { return layer.OverlayWhiteouts }
+func (s *Store) layerDir(id string) string   { return filepath.Join(s.home, "layers", id) }
+func (s *Store) diffDir(id string) string    { return filepath.Join(s.home, "layers", id, "diff") }
+func (s *Store) workDir(id string) string    { return filepath.Join(s.home, "layers", id, "work") }
+func (s *Store) mergedDir(id string) string  { return filepath.Join(s.home, "layers", id, "merged") }
+func (s *Store) rootDir(id string) string    { return filepath.Join(s.home, "layers", id, "root") }
+func (s *Store) linkPath(link string) string { return s.home + "/l/" + link }
+func (s *Store) emptyDir() string            { return filepath.Join(s.home, "empty") }
+func (s *Store) whiteouts() layer.WhiteoutFormat {
+	if s.userx {
+		return layer.OverlayUserWhiteouts
+	}
+	return layer.OverlayWhiteouts
+}
+
+// readOnlyOptions are the options of a mount without upper: those of
+// every mount but fsync=, which is about copy-up, which such a mount never
+// does.
+func (s *Store) readOnlyOptions() []string {
+	o := s.feat.BaseOptions()
+	if s.userx {
+		o = append(o, "userxattr")
+	}
+	return o
+}
+
+// userXattrsWork checks that the backing filesystem stores user.*
+// xattrs, without which opaque directories would silently be lost
+// (tmpfs before 6.6 has none).
+func userXattrsWork(home string) error {
+	f, err := os.CreateTemp(filepath.Join(home, "staging"), "xattr-")
+	if err != nil {
+		return fmt.Errorf("user xattr check: %w", err)
+	}
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	if err := unix.Lsetxattr(name, "user.ovlkit.check", []byte("y"), 0); err != nil {
+		return fmt.Errorf("the backing filesystem does not store user xattrs, which userxattr layers need: %w", err)
+	}
+	return nil
+}
 
 // lockLayer takes the per-layer lock of id: an exclusive flock on the
 // layer directory, which conflicts with every other holder in this or

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/ovlkit/ovlkit/layer"
 	"github.com/ovlkit/ovlkit/ovl"
 )
 
@@ -606,5 +607,52 @@ func TestBootIDStable(t *testing.T) {
 	b, err := bootID()
 	if err != nil || a != b || a == "" {
 		t.Fatalf("boot id %q then %q (%v)", a, b, err)
+	}
+}
+
+func TestUserxattrRecorded(t *testing.T) {
+	home := t.TempDir()
+	f := hostFeatures()
+	f.Userxattr = true
+	s, err := Open(home, Options{Create: true, Userxattr: true, Sync: SyncNone, Features: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.whiteouts() != layer.OverlayUserWhiteouts {
+		t.Error("userxattr store does not use user.overlay whiteouts")
+	}
+	if err := s.Create("a", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create("b", "a"); err != nil {
+		t.Fatal(err)
+	}
+	err = s.view(func(st *state) error {
+		for _, id := range []string{"a", "b"} {
+			cfg, _, err := s.mountConfig(st, id)
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(strings.Join(cfg.Options, ","), "userxattr") {
+				return fmt.Errorf("%s mounts with %v", id, cfg.Options)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	s.Close()
+	if _, err := Open(home, Options{Features: hostFeatures()}); err == nil {
+		t.Error("opened a userxattr store on a kernel without userxattr")
+	}
+	plain := t.TempDir()
+	s2, err := Open(plain, Options{Create: true, Features: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2.Close()
+	if _, err := Open(plain, Options{Userxattr: true, Features: f}); err == nil {
+		t.Error("opened a trusted.overlay store as userxattr")
 	}
 }

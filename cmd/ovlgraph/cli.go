@@ -32,12 +32,14 @@ type command struct {
 	parent string
 	rw     bool
 	layout graph.Layout
+	userx  bool
 }
 
 const usage = `usage: ovlgraph --home DIR [--json] COMMAND [ARGS]
 
 commands:
-  init [--layout overlay|hardlink]   create the store
+  init [--layout overlay|hardlink] [--userxattr]
+                                     create the store
   create [--rw] [--parent P] ID      create an empty image (--rw: container) layer
   apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
   mount ID                           mount and print the path (reference-counted)
@@ -75,6 +77,7 @@ func parse(args []string) (command, error) {
 	switch c.name {
 	case "init":
 		fs.StringVar(&layout, "layout", string(graph.LayoutOverlay), "overlay or hardlink")
+		fs.BoolVar(&c.userx, "userxattr", false, "keep overlay metadata in user.overlay.* xattrs")
 		nargs = 0
 	case "create":
 		fs.BoolVar(&c.rw, "rw", false, "container (read-write) layer")
@@ -125,7 +128,7 @@ func run(ctx context.Context, args []string, e *env) int {
 func (c command) exec(ctx context.Context, e *env) error {
 	opts := graph.Options{}
 	if c.name == "init" {
-		opts.Create, opts.Layout = true, c.layout
+		opts.Create, opts.Layout, opts.Userxattr = true, c.layout, c.userx
 	}
 	s, err := e.open(c.home, opts)
 	if err != nil {
@@ -300,6 +303,7 @@ func (c command) emitStatus(w io.Writer, st graph.Status) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "home:          %s\n", st.Home)
 	fmt.Fprintf(&b, "layout:        %s\n", st.Layout)
+	fmt.Fprintf(&b, "userxattr:     %s\n", yes(st.Userxattr))
 	fmt.Fprintf(&b, "backing fs:    %s\n", st.BackingFS)
 	fmt.Fprintf(&b, "layers:        %d\n", st.Layers)
 	fmt.Fprintf(&b, "sync:          %s\n", st.Sync)

@@ -22,6 +22,7 @@ func TestParse(t *testing.T) {
 	}{
 		{args: []string{"--home", "/h", "init"}, want: command{home: "/h", name: "init", layout: graph.LayoutOverlay}},
 		{args: []string{"--home", "/h", "init", "--layout", "hardlink"}, want: command{home: "/h", name: "init", layout: graph.LayoutHardlink}},
+		{args: []string{"--home", "/h", "init", "--userxattr"}, want: command{home: "/h", name: "init", layout: graph.LayoutOverlay, userx: true}},
 		{args: []string{"--home=/h", "--json", "create", "--rw", "--parent", "p", "c"}, want: command{home: "/h", json: true, name: "create", rw: true, parent: "p", id: "c"}},
 		{args: []string{"--home", "/h", "ls", "--json"}, want: command{home: "/h", json: true, name: "ls"}},
 		{args: []string{"--home", "/h", "rm", "x"}, want: command{home: "/h", name: "rm", id: "x"}},

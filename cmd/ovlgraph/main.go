@@ -2,7 +2,8 @@
 //
 //	ovlgraph --home DIR [--json] COMMAND [ARGS]
 //
-//	init [--layout overlay|hardlink]   create the store
+//	init [--layout overlay|hardlink] [--userxattr]
+//	                                   create the store
 //	create [--rw] [--parent P] ID      create an empty image (or, --rw, container) layer
 //	apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
 //	mount ID                           mount (reference-counted) and print the path

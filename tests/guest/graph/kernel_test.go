@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
@@ -183,5 +185,55 @@ func TestStatusCopyUpStats(t *testing.T) {
 			t.Errorf("copy-up counters did not move: before %v after %v", before.Mounted[0].CopyUp, after.Mounted[0].CopyUp)
 		}
 		put(t, s, "c")
+	})
+}
+
+// storesUserXattrs reports whether dir's filesystem keeps user.* xattrs
+// (tmpfs gained them only in 6.6).
+func storesUserXattrs(t *testing.T, dir string) bool {
+	t.Helper()
+	p := filepath.Join(dir, "xattr-check")
+	must(t, os.WriteFile(p, nil, 0o644))
+	defer os.Remove(p)
+	return unix.Lsetxattr(p, "user.check", []byte("y"), 0) == nil
+}
+
+// Group 10, userxattr: a store created with Userxattr keeps opaque
+// markers as user.overlay.opaque, mounts with userxattr and exports the
+// same tar members as a trusted.overlay store; on a filesystem without
+// user xattrs it refuses to open instead of losing opaque markers.
+func TestUserxattrStore(t *testing.T) {
+	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
+		scratch := fs.Scratch(t, "")
+		if !storesUserXattrs(t, scratch) {
+			_, err := graph.Open(filepath.Join(scratch, "store"), graph.Options{Create: true, Layout: layout, Userxattr: true, Features: features(t, fs)})
+			if err == nil || !strings.Contains(err.Error(), "user xattrs") {
+				t.Fatalf("userxattr store on %s without user xattrs: %v", fs.Name, err)
+			}
+			return
+		}
+		s := newStore(t, fs, layout, func(o *graph.Options) { o.Userxattr = true })
+		must(t, s.Create("one", ""))
+		apply(t, s, "one", mkTar(t, dirE("d/"), file("d/x", "x"), file("z", "z")))
+		must(t, s.Create("two", "one"))
+		apply(t, s, "two", mkTar(t, dirE("d/"), file("d/.wh..wh..opq", ""), file("d/y", "y"), file(".wh.z", "")))
+		root := get(t, s, "two")
+		equalList(t, "two", paths(t, root), []string{"/d", "/d/y"})
+		if opts := mountOptions(t, root); !strings.Contains(opts, "userxattr") {
+			t.Errorf("mount options %q lack userxattr", opts)
+		}
+		put(t, s, "two")
+		equalList(t, "two tar", sorted(tarNames(t, s, "two")), []string{".wh.z", "d/", "d/.wh..wh..opq", "d/y"})
+		equalList(t, "two changes", changes(t, s, "two"), []string{"C /d", "D /d/x", "A /d/y", "D /z"})
+		must(t, s.CreateReadWrite("ctr", "two"))
+		p := get(t, s, "ctr")
+		must(t, os.RemoveAll(filepath.Join(p, "d")))
+		must(t, os.Mkdir(filepath.Join(p, "d"), 0o755))
+		write(t, filepath.Join(p, "d/w"), "w", 0o644)
+		put(t, s, "ctr")
+		must(t, s.Create("three", "two"))
+		apply(t, s, "three", diffBytes(t, s, "ctr"))
+		equalList(t, "three", paths(t, get(t, s, "three")), []string{"/d", "/d/w"})
+		put(t, s, "three")
 	})
 }
