@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ovlkit/ovlkit/layer"
 	"github.com/ovlkit/ovlkit/ovl"
@@ -418,6 +420,9 @@ func TestConcurrentCreateRemove(t *testing.T) {
 const helperEnv = "OVLKIT_GRAPH_HELPER_HOME"
 
 func TestMain(m *testing.M) {
+	if home := os.Getenv(applyHelperEnv); home != "" {
+		os.Exit(applyHelper(home))
+	}
 	if home := os.Getenv(helperEnv); home != "" {
 		os.Exit(helperProcess(home, os.Getenv("OVLKIT_GRAPH_HELPER_PREFIX")))
 	}
@@ -654,5 +659,87 @@ func TestUserxattrRecorded(t *testing.T) {
 	s2.Close()
 	if _, err := Open(plain, Options{Userxattr: true, Features: f}); err == nil {
 		t.Error("opened a trusted.overlay store as userxattr")
+	}
+}
+
+const applyHelperEnv = "OVLKIT_GRAPH_APPLY_HOME"
+
+// applyHelper applies the tar on its stdin to layer "victim"; the test
+// kills it half way.
+func applyHelper(home string) int {
+	s, err := Open(home, Options{Features: hostFeatures()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := s.ApplyDiff(context.Background(), "victim", os.Stdin); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// A process killed with SIGKILL in the middle of ApplyDiff leaves no
+// trace once the store is opened again: the layer is empty, staging is
+// clean and Check finds nothing.
+func TestKilledApplyLeavesNoTrace(t *testing.T) {
+	home := t.TempDir()
+	s := openTest(t, home, LayoutOverlay)
+	if err := s.Create("victim", ""); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), applyHelperEnv+"="+home)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var entries []tar.Header
+	for i := 0; i < 200; i++ {
+		entries = append(entries, reg(fmt.Sprintf("f%03d", i), strings.Repeat("x", 4096)))
+	}
+	full := tarOf(t, entries...).Bytes()
+	if _, err := stdin.Write(full[:len(full)/2]); err != nil {
+		t.Fatalf("feed helper: %v (%s)", err, stderr.String())
+	}
+	// Wait until the helper has staged files, then kill it mid-apply.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ents, _ := filepath.Glob(filepath.Join(home, "staging", "apply-*", "layer", "diff", "f*"))
+		if len(ents) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("helper never staged anything: %s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	stdin.Close()
+
+	if ents, _ := os.ReadDir(filepath.Join(home, "staging")); len(ents) == 0 {
+		t.Fatal("the killed apply left no staging directory; the test proves nothing")
+	}
+	s2 := openTest(t, home, "")
+	if ents, _ := os.ReadDir(filepath.Join(home, "staging")); len(ents) != 0 {
+		t.Errorf("staging holds %d entries after recovery", len(ents))
+	}
+	if empty, err := dirEmpty(s2.diffDir("victim")); err != nil || !empty {
+		t.Errorf("victim diff not empty after a killed apply: %v %v", empty, err)
+	}
+	if probs, err := s2.Check(); err != nil || len(probs) != 0 {
+		t.Errorf("check: %v %v", probs, err)
+	}
+	// The layer is usable: a complete apply now succeeds.
+	if _, err := s2.ApplyDiff(context.Background(), "victim", bytes.NewReader(full)); err != nil {
+		t.Fatal(err)
 	}
 }
