@@ -39,6 +39,10 @@ func parseGuestStream(r io.Reader) (*guestRun, error) {
 	br := bufio.NewReader(r)
 	for {
 		line, err := br.ReadString('\n')
+		// A console that still translates newlines sends CR LF.
+		if strings.HasSuffix(line, "\r\n") {
+			line = line[:len(line)-2] + "\n"
+		}
 		if line != "" {
 			handleLine(run, &cur, &inKmsg, line)
 		}

@@ -195,3 +195,13 @@ func TestJUnitHasFailuresAndProblems(t *testing.T) {
 		}
 	}
 }
+
+func TestParseGuestStreamCRLF(t *testing.T) {
+	g, err := parseGuestStream(strings.NewReader(tag + "begin p\r\n--- PASS: TestZ (1.50s)\r\n" + tag + "end p 0 1.5\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Binaries) != 1 || string(g.Binaries[0].Output) != "--- PASS: TestZ (1.50s)\n" {
+		t.Errorf("CR LF not normalised: %+v", g.Binaries)
+	}
+}

@@ -90,14 +90,29 @@ func mountKernelFS() {
 func openResults() (*os.File, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		f, err := os.OpenFile(resultsPort, os.O_WRONLY, 0)
+		f, err := os.OpenFile(resultsPort, os.O_WRONLY|unix.O_NOCTTY, 0)
 		if err == nil {
+			rawOutput(f)
 			return f, nil
 		}
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("open results port: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rawOutput turns off the console's output processing: with the default
+// ONLCR every newline would reach the host as CR LF.
+func rawOutput(f *os.File) {
+	t, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	if err != nil {
+		log.Printf("results port termios: %v", err)
+		return
+	}
+	t.Oflag &^= unix.OPOST
+	if err := unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, t); err != nil {
+		log.Printf("results port termios: %v", err)
 	}
 }
 
