@@ -127,6 +127,7 @@ func TestTraceWriteOneFile(t *testing.T) {
 		tr.clear(t)
 		openForWrite(t, filepath.Join(l.Merged, "w"))
 		start, end := copyUpPair(t, tr.events(t), dev)
+		t.Logf("events:\n%s\n%s", start.Raw, end.Raw)
 		merged := lstat(t, filepath.Join(l.Merged, "w"))
 		lower := lstat(t, filepath.Join(l.Lower[0], "w"))
 		upper := lstat(t, filepath.Join(l.Upper, "w"))
