@@ -123,6 +123,8 @@ new_warnings() {
 # rewrote a fresh mtime so make rebuilds what a patch touched last time.
 sync_tree() {
 	mkdir -p "$SRC" "$LOGS"
+	# Logs of patches that left the series would read as current.
+	rm -f "$LOGS"/*
 	rm -rf "$SRC/.pc"
 	rsync -a --delete --exclude=/.pc --out-format='%n' "$STOCK_SRC/" "$SRC/" |
 		(cd "$SRC" && grep -v '/$' | xargs -r -d '\n' touch --no-create --) || true
