@@ -63,7 +63,7 @@ series_stamp() {
 # Print the rejected hunks of the patch quilt could not push, then fail.
 report_reject() {
 	local dst=$1 log=$2 name
-	name=$(grep -o "Applying patch .*" "$log" | tail -n 1 | sed 's/Applying patch //')
+	name=$(grep -o "Applying patch .*" "$log" | tail -n 1 | sed 's/Applying patch //' || true)
 	printf 'error: patch %s does not apply to %s %s\n' "${name:-?}" \
 		"$SOURCE_PKG" "$(kernel_version)" >&2
 	sed -n '/Applying patch/,$p' "$log" | tail -n 20 >&2
@@ -135,8 +135,19 @@ cmd_config() {
 	echo "$stamp" >"$obj/.ovlkit-config"
 }
 
+# lock_tree TREE: one build of a tree at a time; a second caller waits.
+lock_tree() {
+	mkdir -p "$ROOT"
+	exec 9>"$ROOT/.$1.lock"
+	if ! flock -n 9; then
+		say "waiting for another build of the $1 tree"
+		flock 9
+	fi
+}
+
 cmd_build() {
 	local tree=${1:?usage: kernel.sh build stock|patched}
+	lock_tree "$tree"
 	case $tree in
 	stock) cmd_source ;;
 	patched) cmd_patch ;;
@@ -186,7 +197,10 @@ cmd_path() {
 
 case ${1:-} in
 source) cmd_source ;;
-patch) cmd_patch ;;
+patch)
+	lock_tree patched
+	cmd_patch
+	;;
 config) cmd_config "${2:?tree}" ;;
 build) cmd_build "${2:-}" ;;
 path) cmd_path "${2:-}" ;;
