@@ -18,14 +18,7 @@ ROOT=$(kernel_root)
 SERIES_DIR=$OVLKIT_TOP/patches/$KBASE
 FRAGMENTS=(guest overlay ${KCONFIG_EXTRA:-})
 
-# Fixed build identity: the same sources give the same objects whatever the
-# tree, so ccache serves the patched build from the stock one.
-export KBUILD_BUILD_TIMESTAMP='Thu Jan  1 00:00:00 UTC 2026'
-export KBUILD_BUILD_USER=ovlkit KBUILD_BUILD_HOST=ovlkit
-export CCACHE_DIR=${CCACHE_DIR:-$CACHE/ccache}
-export CCACHE_BASEDIR=$ROOT
-export CCACHE_NOHASHDIR=1
-export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-4G}
+kbuild_env
 
 src_dir() { echo "$ROOT/$1/src"; }
 
@@ -181,7 +174,7 @@ cmd_devtree() {
 	(
 		cd "$dst"
 		git init -q
-		git add -A
+		git add -f -A .
 		git -c user.name=ovlkit -c user.email=ovlkit@localhost commit -q -m "$SOURCE_PKG $(kernel_version)"
 		grep -v '^\s*\(#\|$\)' "$SERIES_DIR/series" | awk '{print $1}' |
 			while read -r p; do

@@ -58,3 +58,17 @@ kernel_root() {
 jobs() {
 	echo $(($(nproc) + 1))
 }
+
+# kbuild_env: the build identity and compiler cache every kernel build
+# shares. A fixed timestamp, user and host and a cache base directory above
+# all trees make the same source compile to the same cached object in any
+# tree, so the patched and bisect builds reuse the stock build's objects.
+kbuild_env() {
+	export KBUILD_BUILD_TIMESTAMP='Thu Jan  1 00:00:00 UTC 2026'
+	export KBUILD_BUILD_USER=ovlkit KBUILD_BUILD_HOST=ovlkit
+	export CCACHE_DIR=${CCACHE_DIR:-$CACHE/ccache}
+	export CCACHE_BASEDIR
+	CCACHE_BASEDIR=$(kernel_root)
+	export CCACHE_NOHASHDIR=1
+	export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-4G}
+}

@@ -28,12 +28,9 @@ SRC=$ROOT/$TREE/src
 LOGS=$ROOT/$TREE/logs
 STOCK_SRC=$ROOT/stock/src
 
-# Same compiler cache settings as scripts/kernel.sh, so the objects of
-# this tree are cache hits of the stock and patched builds.
-export CCACHE_DIR=${CCACHE_DIR:-$CACHE/ccache}
-export CCACHE_BASEDIR=$ROOT
-export CCACHE_NOHASHDIR=1
-export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-4G}
+# Same build identity and compiler cache as scripts/kernel.sh, so the
+# objects of this tree are cache hits of the stock and patched builds.
+kbuild_env
 
 JOBS=${JOBS:-$(jobs)}
 problems=0
