@@ -38,9 +38,9 @@ func decompress(r io.Reader) (io.Reader, func(), error) {
 		// what the format allows, so it is read rather than ignored.
 		return zr, func() { _ = zr.Close() }, nil
 	case bytes.HasPrefix(head, magicZstd):
-		// One decoder goroutine: the tar consumer is sequential and the
-		// guest has a single CPU, so async block decoding only adds memory.
-		zr, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		// The default concurrency decodes blocks ahead of the tar reader
+		// on a machine with spare CPUs and decodes synchronously on one.
+		zr, err := zstd.NewReader(br)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd layer: %w", err)
 		}
