@@ -205,3 +205,20 @@ func TestParseGuestStreamCRLF(t *testing.T) {
 		t.Errorf("CR LF not normalised: %+v", g.Binaries)
 	}
 }
+
+func TestJudgeBenchmarks(t *testing.T) {
+	tests := collectTests(events("m/tests/guest/b",
+		"output BenchmarkRead/1k BenchmarkRead/1k  \t 100\t 12 ns/op\n",
+		"output BenchmarkBroken --- FAIL: BenchmarkBroken\n",
+		"fail BenchmarkBroken"))
+	judge(tests, false)
+	for _, tt := range tests {
+		want := Pass
+		if tt.Name == "BenchmarkBroken" {
+			want = Fail
+		}
+		if tt.Status != want {
+			t.Errorf("%s: %s, want %s", tt.Name, tt.Status, want)
+		}
+	}
+}

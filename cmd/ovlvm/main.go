@@ -96,8 +96,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.fs, "fs", strings.Join(vm.DiskFilesystems, ","), "disk filesystems to attach (tmpfs is always there)")
 	fs.StringVar(&o.accel, "accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
 	fs.IntVar(&o.mem, "mem", 512, "guest memory in MiB")
-	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "timeout for each VM")
-	fs.DurationVar(&o.testTime, "test-timeout", 10*time.Minute, "timeout for each guest test binary")
+	// Under TCG on a busy 2-core host the graph suite (128- and 500-layer
+	// stacks on four filesystems) alone can take ten minutes.
+	fs.DurationVar(&o.timeout, "timeout", 45*time.Minute, "timeout for each VM")
+	fs.DurationVar(&o.testTime, "test-timeout", 25*time.Minute, "timeout for each guest test binary")
 	fs.StringVar(&o.junit, "junit", "", "write a JUnit XML report here")
 	fs.StringVar(&o.jsonOut, "json", "", "write go test -json events here")
 	fs.BoolVar(&o.verbose, "v", false, "show the guest console")
