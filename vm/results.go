@@ -65,7 +65,8 @@ const proofMarker = "ovlkit-proves: "
 // toEvents converts one binary's raw -test.v=test2json output to events
 // with the toolchain's own converter.
 func toEvents(goBin, pkg string, raw []byte) ([]Event, error) {
-	cmd := exec.Command(goBin, "tool", "test2json", "-p", pkg)
+	// -t: test2json only reports a test's elapsed time in timestamp mode.
+	cmd := exec.Command(goBin, "tool", "test2json", "-t", "-p", pkg)
 	cmd.Stdin = bytes.NewReader(raw)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

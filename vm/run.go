@@ -115,7 +115,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	)
 	qargs = append(qargs, c.Accel.qemuArgs()...)
 
-	kargs := []string{"console=ttyS0", "panic=-1", "oops=panic", "printk.devkmsg=on", "OVLKIT_GUEST=1"}
+	// tsc=reliable: without ACPI the guest has no HPET or PM timer to
+	// check the TSC against and would fall back to jiffies, a 4 ms clock
+	// that makes every duration the tests measure read as zero.
+	kargs := []string{"console=ttyS0", "panic=-1", "oops=panic", "printk.devkmsg=on",
+		"tsc=reliable", "OVLKIT_GUEST=1"}
 	keys := make([]string, 0, len(c.Env))
 	for k := range c.Env {
 		keys = append(keys, k)
