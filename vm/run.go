@@ -212,7 +212,7 @@ func (r *Result) judge(c Config, resultsPath string, console []string) error {
 		case !b.Ended:
 			r.Problems = append(r.Problems, fmt.Sprintf("%s: test binary did not finish (guest died?)", b.Pkg))
 		case b.ExitCode != 0 && !hasFailure(evs):
-			r.Problems = append(r.Problems, fmt.Sprintf("%s: test binary exited %d without a failing test:\n%s",
+			r.Problems = append(r.Problems, fmt.Sprintf("%s: test binary exited %d without reporting a failed test (a panic or its -test.timeout):\n%s",
 				b.Pkg, b.ExitCode, lastLines(strings.Split(string(b.Output), "\n"), 20)))
 		}
 	}

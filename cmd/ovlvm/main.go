@@ -400,9 +400,9 @@ func cmdTest(ctx context.Context, args []string) error {
 	return h.report(results...)
 }
 
-// cmdSelftest boots the kernel twice with deliberate faults and requires
-// the harness to report each: a failing guest test, and a kernel WARN (from
-// lkdtm) in a run whose tests all pass.
+// cmdSelftest boots the kernel with deliberate faults and requires the
+// harness to report each: a failing guest test, a kernel WARN (from lkdtm)
+// in a run whose tests all pass, a kernel panic, and a test that hangs.
 func cmdSelftest(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("selftest", flag.ExitOnError)
 	var o options
@@ -422,15 +422,16 @@ func cmdSelftest(ctx context.Context, args []string) error {
 	}
 	cases := []struct {
 		name, inject string
+		env          map[string]string
 		want         func(*vm.Result) error
 	}{
-		{"clean", "", func(r *vm.Result) error {
+		{"clean", "", nil, func(r *vm.Result) error {
 			if !r.OK() {
 				return fmt.Errorf("clean run failed: %v", r.Problems)
 			}
 			return nil
 		}},
-		{"failing-test", "fail", func(r *vm.Result) error {
+		{"failing-test", "fail", nil, func(r *vm.Result) error {
 			for _, t := range r.Tests {
 				if t.Status == vm.Fail && strings.Contains(t.Name, "Injected") {
 					return nil
@@ -438,7 +439,7 @@ func cmdSelftest(ctx context.Context, args []string) error {
 			}
 			return errors.New("a deliberately failing guest test was not reported as failed")
 		}},
-		{"kernel-warn", "warn", func(r *vm.Result) error {
+		{"kernel-warn", "warn", nil, func(r *vm.Result) error {
 			for _, s := range r.Splats {
 				if s.Kind == "WARNING" {
 					if r.OK() {
@@ -449,11 +450,30 @@ func cmdSelftest(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("an injected kernel WARN was not reported (problems: %v)", r.Problems)
 		}},
+		{"kernel-panic", "panic", nil, func(r *vm.Result) error {
+			for _, s := range r.Splats {
+				if s.Kind == "Kernel panic" && !r.OK() {
+					return nil
+				}
+			}
+			return fmt.Errorf("an injected kernel panic was not reported (problems: %v)", r.Problems)
+		}},
+		{"hanging-test", "hang", map[string]string{"OVLKIT_TEST_TIMEOUT": "5s"}, func(r *vm.Result) error {
+			for _, t := range r.Tests {
+				if t.Status == vm.Fail && strings.Contains(t.Name, "InjectedHang") {
+					return nil
+				}
+			}
+			return fmt.Errorf("a hanging guest test was not reported as failed (problems: %v)", r.Problems)
+		}},
 	}
 	var failures []string
 	var results []*vm.Result
 	for _, tc := range cases {
 		env := map[string]string{}
+		for k, v := range tc.env {
+			env[k] = v
+		}
 		if tc.inject != "" {
 			env["OVLKIT_INJECT"] = tc.inject
 		}
@@ -472,6 +492,17 @@ func cmdSelftest(ctx context.Context, args []string) error {
 			failures = append(failures, tc.name+": "+err.Error())
 		}
 		fmt.Printf("selftest %-13s run %-4s -> %s\n", tc.name, passFail(res.OK()), verdict)
+		if !res.OK() {
+			// Show what the harness reported, as a user would see it.
+			for _, p := range res.Problems {
+				fmt.Printf("    reported: %s\n", strings.ReplaceAll(firstLines(p, 4), "\n", "\n    "))
+			}
+			for _, t := range res.Tests {
+				if t.Status == vm.Fail && t.Leaf {
+					fmt.Printf("    reported: test %s failed\n", t.Name)
+				}
+			}
+		}
 	}
 	if h.o.junit != "" {
 		b, err := vm.JUnit(results...)
@@ -485,8 +516,16 @@ func cmdSelftest(ctx context.Context, args []string) error {
 	if len(failures) > 0 {
 		return fmt.Errorf("harness self-test: %s", strings.Join(failures, "; "))
 	}
-	fmt.Println("harness self-test: a failing guest test and a kernel WARN both fail the run")
+	fmt.Println("harness self-test: a failing test, a kernel WARN, a kernel panic and a hanging test each fail the run")
 	return nil
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], "...")
+	}
+	return strings.Join(lines, "\n")
 }
 
 func passFail(ok bool) string {

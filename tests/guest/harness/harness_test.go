@@ -65,3 +65,23 @@ func TestInjectedWarn(t *testing.T) {
 		t.Fatalf("lkdtm: %v", err)
 	}
 }
+
+// TestInjectedPanic panics the kernel through lkdtm: the harness must
+// report the panic and the unfinished run instead of waiting.
+func TestInjectedPanic(t *testing.T) {
+	if os.Getenv("OVLKIT_INJECT") != "panic" {
+		t.Skip("no fault injected (OVLKIT_INJECT=panic)")
+	}
+	if err := os.WriteFile("/sys/kernel/debug/provoke-crash/DIRECT", []byte("PANIC\n"), 0); err != nil {
+		t.Fatalf("lkdtm: %v", err)
+	}
+	t.Fatal("the kernel survived an lkdtm panic")
+}
+
+// TestInjectedHang never returns: the per-binary timeout must end it.
+func TestInjectedHang(t *testing.T) {
+	if os.Getenv("OVLKIT_INJECT") != "hang" {
+		t.Skip("no fault injected (OVLKIT_INJECT=hang)")
+	}
+	select {}
+}
