@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$(kernel_root)
-SERIES_DIR=$OVLKIT_TOP/patches/$KBASE
+SERIES_DIR=${SERIES_DIR:-$OVLKIT_TOP/patches/$KBASE}
 FRAGMENTS=(guest overlay ${KCONFIG_EXTRA:-})
 
 kbuild_env
@@ -54,19 +54,29 @@ series_stamp() {
 }
 
 # Print the rejected hunks of the patch quilt could not push, then fail.
+# quilt rolls the failed patch back, so it is applied again at fuzz 0 to a
+# scratch copy of the files it touches, with every reject in one file.
 report_reject() {
-	local dst=$1 log=$2 name
+	local dst=$1 log=$2 name tmp f
 	name=$(grep -o "Applying patch .*" "$log" | tail -n 1 | sed 's/Applying patch //' || true)
 	printf 'error: patch %s does not apply to %s %s\n' "${name:-?}" \
 		"$SOURCE_PKG" "$(kernel_version)" >&2
 	sed -n '/Applying patch/,$p' "$log" | tail -n 20 >&2
-	(cd "$dst" && QUILT_PATCHES=$SERIES_DIR quilt --quiltrc=- push -f >/dev/null 2>&1) || true
-	find "$dst" -name '*.rej' -newer "$log" -print0 2>/dev/null |
-		while IFS= read -r -d '' rej; do
-			printf '\n--- rejected hunks: %s\n' "${rej#"$dst"/}" >&2
-			cat "$rej" >&2
-			rm -f "$rej"
+	if [ -n "$name" ] && [ -f "$SERIES_DIR/$name" ]; then
+		tmp=$(mktemp -d)
+		sed -n 's|^+++ b/\([^\t]*\).*|\1|p' "$SERIES_DIR/$name" | while read -r f; do
+			if [ -f "$dst/$f" ]; then
+				mkdir -p "$tmp/$(dirname "$f")"
+				cp "$dst/$f" "$tmp/$f"
+			fi
 		done
+		patch -p1 -F0 -s -d "$tmp" -r "$tmp/rejects" <"$SERIES_DIR/$name" >/dev/null 2>&1 || true
+		if [ -s "$tmp/rejects" ]; then
+			printf '\n--- rejected hunks of %s:\n' "$name" >&2
+			cat "$tmp/rejects" >&2
+		fi
+		rm -rf "$tmp"
+	fi
 	rm -f "$dst/.ovlkit-series"
 	exit 1
 }
@@ -95,7 +105,7 @@ cmd_patch() {
 	n=$(grep -cv '^\s*\(#\|$\)' "$SERIES_DIR/series" || true)
 	if [ "$n" -gt 0 ]; then
 		local log=$ROOT/quilt.log
-		say "applying $n patches from patches/$KBASE/series"
+		say "applying $n patches from ${SERIES_DIR#"$OVLKIT_TOP"/}/series"
 		if ! (cd "$dst" && QUILT_PATCHES=$SERIES_DIR quilt --quiltrc=- push -a --fuzz=0) >"$log" 2>&1; then
 			report_reject "$dst" "$log"
 		fi
