@@ -94,13 +94,13 @@ cmd_patch() {
 	fi
 	mkdir -p "$dst"
 	rm -f "$dst/.ovlkit-series"
-	# Resync from the pristine tree, then give every file rsync rewrote a
-	# fresh mtime: a file reverted to its pristine content must still look
-	# newer than the objects built from its patched version.
+	# Resync from the pristine tree by content (-c) and without keeping
+	# times: only files that differ are rewritten, and they get a fresh
+	# mtime, so make rebuilds exactly what changed, including a file
+	# reverted to its pristine content.
 	say "syncing patched tree from pristine"
 	rm -rf "$dst/.pc"
-	rsync -a --delete --exclude=/.pc --out-format='%n' "$src/" "$dst/" |
-		(cd "$dst" && grep -v '/$' | xargs -r -d '\n' touch --no-create --) || true
+	rsync -rlpgoDc --delete --exclude=/.pc --exclude=/.ovlkit-series "$src/" "$dst/"
 	local n
 	n=$(grep -cv '^\s*\(#\|$\)' "$SERIES_DIR/series" || true)
 	if [ "$n" -gt 0 ]; then
