@@ -171,3 +171,15 @@ func JUnit(results ...*Result) ([]byte, error) {
 	}
 	return append([]byte(xml.Header), append(b, '\n')...), nil
 }
+
+// WriteJUnit writes the JUnit report of results to path.
+func WriteJUnit(path string, results ...*Result) error {
+	b, err := JUnit(results...)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write JUnit report: %w", err)
+	}
+	return nil
+}

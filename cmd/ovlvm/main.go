@@ -298,11 +298,7 @@ func (h *harness) report(results ...*vm.Result) error {
 	fmt.Println()
 	vm.WriteTable(os.Stdout, results...)
 	if h.o.junit != "" {
-		b, err := vm.JUnit(results...)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(h.o.junit, b, 0o644); err != nil {
+		if err := vm.WriteJUnit(h.o.junit, results...); err != nil {
 			return err
 		}
 		progress("JUnit report: %s", h.o.junit)
@@ -505,11 +501,7 @@ func cmdSelftest(ctx context.Context, args []string) error {
 		}
 	}
 	if h.o.junit != "" {
-		b, err := vm.JUnit(results...)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(h.o.junit, b, 0o644); err != nil {
+		if err := vm.WriteJUnit(h.o.junit, results...); err != nil {
 			return err
 		}
 	}
@@ -547,11 +539,7 @@ func cmdJUnit(args []string) error {
 	res := vm.ResultFromEvents(*label, evs)
 	vm.WriteTable(os.Stdout, res)
 	if *out != "" {
-		b, err := vm.JUnit(res)
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*out, b, 0o644); err != nil {
+		if err := vm.WriteJUnit(*out, res); err != nil {
 			return err
 		}
 	}
