@@ -9,6 +9,7 @@
 RUNS=${RUNS:-3}
 BUILD_RUNS=${BUILD_RUNS:-1}
 ROOT=$(kernel_root)
+kbuild_env
 KS=$OVLKIT_TOP/scripts/kernel.sh
 export PATH=/usr/local/go/bin:$PATH
 
