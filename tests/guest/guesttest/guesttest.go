@@ -171,38 +171,46 @@ func (fs FS) Scratch(t testing.TB, opts string) string {
 	return d
 }
 
-// mountPointOf returns where dev is mounted, or "".
-func mountPointOf(dev string) string {
+// A mount is one line of /proc/self/mounts: its source and mount point.
+type mount struct{ source, target string }
+
+func readMounts() ([]mount, error) {
 	b, err := os.ReadFile("/proc/self/mounts")
 	if err != nil {
-		return ""
+		return nil, err
 	}
+	var out []mount
 	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == dev {
-			return unescapeMount(f[1])
+		if f := strings.Fields(line); len(f) >= 2 {
+			out = append(out, mount{f[0], unescapeMount(f[1])})
+		}
+	}
+	return out, nil
+}
+
+// mountPointOf returns where dev is mounted, or "".
+func mountPointOf(dev string) string {
+	ms, _ := readMounts()
+	for _, m := range ms {
+		if m.source == dev {
+			return m.target
 		}
 	}
 	return ""
 }
 
-// UnmountBeneath detaches every mount at or below dir, deepest first.
+// UnmountBeneath detaches every mount below dir, deepest first.
 func UnmountBeneath(t testing.TB, dir string) {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mounts")
+	ms, err := readMounts()
 	if err != nil {
 		t.Errorf("read mounts: %v", err)
 		return
 	}
 	var targets []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		mp := unescapeMount(f[1])
-		if strings.HasPrefix(mp, dir+"/") {
-			targets = append(targets, mp)
+	for _, m := range ms {
+		if strings.HasPrefix(m.target, dir+"/") {
+			targets = append(targets, m.target)
 		}
 	}
 	sort.Slice(targets, func(i, j int) bool { return len(targets[i]) > len(targets[j]) })
