@@ -26,11 +26,18 @@ type Differ interface {
 // with one rename; a failed or interrupted apply leaves the layer as it
 // was.
 func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64, err error) {
-	unlock, err := s.lockLayer(id)
+	l, err := s.lockLayer(id)
 	if err != nil {
 		return 0, fmt.Errorf("apply: %w", err)
 	}
-	defer unlock()
+	defer l.unlock()
+	m, err := l.mounts()
+	if err != nil {
+		return 0, fmt.Errorf("apply: %w", err)
+	}
+	if m.Refs > 0 && isMounted(s.mergedDir(id)) {
+		return 0, fmt.Errorf("apply %s: %w", id, ErrMounted)
+	}
 	var (
 		lowers   []string
 		parent   string
@@ -40,9 +47,6 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		rec, ok := st.Layers[id]
 		if !ok {
 			return nil, fmt.Errorf("apply %s: %w", id, ErrNotExist)
-		}
-		if rec.Mounts > 0 && isMounted(s.mergedDir(id)) {
-			return nil, fmt.Errorf("apply %s: %w", id, ErrMounted)
 		}
 		if kids := st.children(id); len(kids) > 0 {
 			return nil, fmt.Errorf("apply %s: %w: %v", id, ErrHasChildren, kids)

@@ -28,13 +28,18 @@ type LayerInfo struct {
 	Path      string    `json:"path,omitempty"` // mount point while mounted
 }
 
-func (s *Store) info(id string, r *layerRecord) LayerInfo {
+func (s *Store) info(id string, r *layerRecord) (LayerInfo, error) {
 	li := LayerInfo{ID: id, Parent: r.Parent, RW: r.RW, Depth: r.Depth, Link: r.Link, Committed: r.Committed,
-		Applied: r.Applied, Size: r.Size, Created: r.Created, Mounts: r.Mounts, ReadOnly: r.ReadOnly}
-	if r.Mounts > 0 {
+		Applied: r.Applied, Size: r.Size, Created: r.Created}
+	m, err := s.mountsOf(id)
+	if err != nil {
+		return li, err
+	}
+	li.Mounts, li.ReadOnly = m.Refs, m.ReadOnly
+	if m.Refs > 0 {
 		li.Path = s.mergedDir(id)
 	}
-	return li
+	return li, nil
 }
 
 // Create makes an empty image layer on parent ("" for none).
@@ -50,11 +55,18 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 	// Holding the parent's lock keeps it from being removed, filled or
 	// mounted read-write while the child is built from it.
 	if parent != "" {
-		unlock, err := s.lockLayer(parent)
+		pl, err := s.lockLayer(parent)
 		if err != nil {
 			return fmt.Errorf("create %s: parent %w", id, err)
 		}
-		defer unlock()
+		defer pl.unlock()
+		pm, err := pl.mounts()
+		if err != nil {
+			return fmt.Errorf("create %s: parent %w", id, err)
+		}
+		if pm.Refs > 0 && !pm.ReadOnly && isMounted(s.mergedDir(parent)) {
+			return fmt.Errorf("create %s: parent %s is mounted read-write; unmount it first: %w", id, parent, ErrMounted)
+		}
 	}
 	var (
 		parentTop string // the directory whose root metadata the child inherits
@@ -119,9 +131,6 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 			p, ok := st.Layers[parent]
 			if !ok {
 				return false, fmt.Errorf("create %s: parent %s: %w", id, parent, ErrNotExist)
-			}
-			if p.Mounts > 0 && !p.ReadOnly && isMounted(s.mergedDir(parent)) {
-				return false, fmt.Errorf("create %s: parent %s is mounted read-write; unmount it first: %w", id, parent, ErrMounted)
 			}
 			depth = p.Depth + 1
 		}
@@ -303,8 +312,9 @@ func (s *Store) Layer(id string) (LayerInfo, error) {
 		if !ok {
 			return fmt.Errorf("%s: %w", id, ErrNotExist)
 		}
-		li = s.info(id, r)
-		return nil
+		var err error
+		li, err = s.info(id, r)
+		return err
 	})
 	return li, err
 }
@@ -315,7 +325,11 @@ func (s *Store) Layers() ([]LayerInfo, error) {
 	var out []LayerInfo
 	err := s.view(func(st *state) error {
 		for id, r := range st.Layers {
-			out = append(out, s.info(id, r))
+			li, err := s.info(id, r)
+			if err != nil {
+				return err
+			}
+			out = append(out, li)
 		}
 		return nil
 	})
@@ -330,11 +344,18 @@ func (s *Store) Layers() ([]LayerInfo, error) {
 
 // Remove deletes a layer that has no children and is not mounted.
 func (s *Store) Remove(id string) (err error) {
-	unlock, err := s.lockLayer(id)
+	l, err := s.lockLayer(id)
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
-	defer unlock()
+	defer l.unlock()
+	m, err := l.mounts()
+	if err != nil {
+		return fmt.Errorf("remove: %w", err)
+	}
+	if m.Refs > 0 && isMounted(s.mergedDir(id)) {
+		return fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, m.Refs)
+	}
 	stg, err := s.newStage("remove-" + id)
 	if err != nil {
 		return fmt.Errorf("remove %s: %w", id, err)
@@ -353,9 +374,6 @@ func (s *Store) Remove(id string) (err error) {
 		}
 		if kids := st.children(id); len(kids) > 0 {
 			return false, fmt.Errorf("remove %s: %w: %v", id, ErrHasChildren, kids)
-		}
-		if r.Mounts > 0 && isMounted(s.mergedDir(id)) {
-			return false, fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, r.Mounts)
 		}
 		// The state forgets the layer first: if the rename below never
 		// happens, recovery removes the directory that has no record. The
@@ -381,76 +399,96 @@ func (s *Store) Remove(id string) (err error) {
 // Get mounts id (on first use) and returns the path of its root. Every Get
 // needs a Put.
 func (s *Store) Get(id string) (string, error) {
-	unlock, err := s.lockLayer(id)
+	l, err := s.lockLayer(id)
 	if err != nil {
 		return "", fmt.Errorf("get: %w", err)
 	}
-	defer unlock()
+	defer l.unlock()
+	m, err := l.mounts()
+	if err != nil {
+		return "", fmt.Errorf("get: %w", err)
+	}
 	merged := s.mergedDir(id)
-	mountedNow := false
-	err = s.update(func(st *state) (bool, error) {
+	if m.Refs > 0 && isMounted(merged) {
+		m.Refs++
+		if err := l.setMounts(m); err != nil {
+			return "", fmt.Errorf("get: %w", err)
+		}
+		return merged, nil
+	}
+	// No mount, or a count left by a crashed process: mount afresh. The
+	// layer's lock keeps its record, its chain and its children as they
+	// are; the store lock is needed only to read them.
+	var (
+		cfg         ovl.Config
+		ro, written bool
+	)
+	err = s.view(func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
-			return false, fmt.Errorf("get %s: %w", id, ErrNotExist)
+			return fmt.Errorf("get %s: %w", id, ErrNotExist)
 		}
-		if r.Mounts > 0 {
-			if isMounted(merged) {
-				r.Mounts++
-				return true, nil
-			}
-			r.Mounts, r.ReadOnly = 0, false // left by a crashed process
+		if cfg, ro, err = s.mountConfig(st, id); err != nil {
+			return fmt.Errorf("get %s: %w", id, err)
 		}
-		cfg, ro, err := s.mountConfig(st, id)
-		if err != nil {
-			return false, fmt.Errorf("get %s: %w", id, err)
-		}
-		if err := os.MkdirAll(merged, 0o755); err != nil {
-			return false, fmt.Errorf("get %s: %w", id, err)
-		}
-		if err := s.mounter.Mount(merged, cfg, ro); err != nil {
-			return false, fmt.Errorf("get %s: %w", id, err)
-		}
-		mountedNow = true
-		r.Mounts, r.ReadOnly = 1, ro
-		if !ro {
-			r.Written = true
-		}
-		return true, nil
+		written = !ro && r.Applied && !r.Written
+		return nil
 	})
 	if err != nil {
-		if mountedNow {
-			s.unmount(merged)
-		}
 		return "", err
+	}
+	if err := os.Mkdir(merged, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("get %s: %w", id, err)
+	}
+	if err := s.mounter.Mount(merged, cfg, ro); err != nil {
+		return "", fmt.Errorf("get %s: %w", id, err)
+	}
+	if written {
+		// Mark before anyone can write through the mount, so that
+		// Check does not hold the content against the applied size.
+		err = s.update(func(st *state) (bool, error) {
+			st.Layers[id].Written = true
+			return true, nil
+		})
+	}
+	if err == nil {
+		err = l.setMounts(mountRecord{Refs: 1, ReadOnly: ro})
+	}
+	if err != nil {
+		s.unmount(merged)
+		return "", fmt.Errorf("get %s: %w", id, err)
 	}
 	return merged, nil
 }
 
 // Put drops one reference taken by Get and unmounts at zero.
 func (s *Store) Put(id string) error {
-	unlock, err := s.lockLayer(id)
+	l, err := s.lockLayer(id)
 	if err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
-	defer unlock()
-	return s.update(func(st *state) (bool, error) {
-		r, ok := st.Layers[id]
-		if !ok {
-			return false, fmt.Errorf("put %s: %w", id, ErrNotExist)
+	defer l.unlock()
+	m, err := l.mounts()
+	if err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	if m.Refs == 0 {
+		return fmt.Errorf("put %s: %w", id, ErrNotMounted)
+	}
+	if m.Refs > 1 && isMounted(s.mergedDir(id)) {
+		m.Refs--
+		if err := l.setMounts(m); err != nil {
+			return fmt.Errorf("put: %w", err)
 		}
-		if r.Mounts == 0 {
-			return false, fmt.Errorf("put %s: %w", id, ErrNotMounted)
-		}
-		if r.Mounts > 1 && isMounted(s.mergedDir(id)) {
-			r.Mounts--
-			return true, nil
-		}
-		if err := s.unmount(s.mergedDir(id)); err != nil {
-			return false, fmt.Errorf("put %s: %w", id, err)
-		}
-		r.Mounts, r.ReadOnly = 0, false
-		return true, nil
-	})
+		return nil
+	}
+	if err := s.unmount(s.mergedDir(id)); err != nil {
+		return fmt.Errorf("put %s: %w", id, err)
+	}
+	if err := l.setMounts(mountRecord{}); err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	return nil
 }
 
 // unmount detaches the mount at merged and removes the directory. The
@@ -471,24 +509,40 @@ func (s *Store) unmount(merged string) error {
 // Cleanup unmounts every layer of the store whatever its reference count,
 // for shutdown.
 func (s *Store) Cleanup() error {
-	var errs []error
-	err := s.update(func(st *state) (bool, error) {
-		changed := false
-		for id, r := range st.Layers {
-			if r.Mounts == 0 && !isMounted(s.mergedDir(id)) {
-				continue
-			}
-			if err := s.unmount(s.mergedDir(id)); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			r.Mounts, r.ReadOnly = 0, false
-			changed = true
+	var ids []string
+	if err := s.view(func(st *state) error {
+		for id := range st.Layers {
+			ids = append(ids, id)
 		}
-		return changed, nil
-	})
-	if err != nil {
-		errs = append(errs, err)
+		return nil
+	}); err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := s.forceUnmount(id); err != nil && !errors.Is(err, ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// forceUnmount unmounts id whatever its count and clears the count.
+func (s *Store) forceUnmount(id string) error {
+	l, err := s.lockLayer(id)
+	if err != nil {
+		return err
+	}
+	defer l.unlock()
+	m, err := l.mounts()
+	if err != nil {
+		return err
+	}
+	if m.Refs == 0 && !isMounted(s.mergedDir(id)) {
+		return nil
+	}
+	if err := s.unmount(s.mergedDir(id)); err != nil {
+		return err
+	}
+	return l.setMounts(mountRecord{})
 }

@@ -167,16 +167,17 @@ func (s *Store) recover(st *state) error {
 		}
 	}
 
-	// Mount counts of a crashed process.
-	changed := false
-	for id, r := range st.Layers {
-		if r.Mounts > 0 && !isMounted(s.mergedDir(id)) {
-			r.Mounts, r.ReadOnly = 0, false
-			changed = true
+	// Mount counts of a crashed process. A layer whose lock is held is
+	// in use by a live process, which checks the count itself.
+	for id := range st.Layers {
+		l, err := s.lockLayerHow(id, unix.LOCK_EX|unix.LOCK_NB)
+		if err != nil {
+			continue
 		}
-	}
-	if changed {
-		return s.state.store(st)
+		if m, err := l.mounts(); err != nil || (m.Refs > 0 && !isMounted(s.mergedDir(id))) {
+			l.setMounts(mountRecord{})
+		}
+		l.unlock()
 	}
 	return nil
 }

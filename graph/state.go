@@ -49,11 +49,8 @@ type layerRecord struct {
 	// ApplyDiff: its content may differ from Size from then on.
 	Written bool      `json:"written,omitempty"`
 	Created time.Time `json:"created"`
-	// Mounts is the reference count of Get calls from every process. It is
-	// checked against the kernel before use, so a count left behind by a
-	// crashed process does not keep a layer "mounted" forever.
-	Mounts   int  `json:"mounts,omitempty"`
-	ReadOnly bool `json:"read_only,omitempty"`
+	// The mount count is not here but in the layer directory (see
+	// mountRecord), so that Get and Put do not rewrite the state.
 }
 
 func newState(layout Layout, now time.Time) *state {

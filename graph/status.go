@@ -79,9 +79,13 @@ func (s *Store) Status() (Status, error) {
 	var mounted []Mount
 	err = s.view(func(st *state) error {
 		out.Layers = len(st.Layers)
-		for id, r := range st.Layers {
-			if r.Mounts > 0 {
-				mounted = append(mounted, Mount{ID: id, Path: s.mergedDir(id), Refs: r.Mounts, ReadOnly: r.ReadOnly})
+		for id := range st.Layers {
+			m, err := s.mountsOf(id)
+			if err != nil {
+				return err
+			}
+			if m.Refs > 0 {
+				mounted = append(mounted, Mount{ID: id, Path: s.mergedDir(id), Refs: m.Refs, ReadOnly: m.ReadOnly})
 			}
 		}
 		return nil
@@ -166,8 +170,8 @@ func (s *Store) Check() ([]Problem, error) {
 			if _, err := st.chain(id); err != nil {
 				add(id, "%v", err)
 			}
-			if m := isMounted(s.mergedDir(id)); m != (r.Mounts > 0) {
-				add(id, "mount count %d but mounted=%v", r.Mounts, m)
+			if err := s.checkMounts(id); err != nil {
+				add(id, "%v", err)
 			}
 			if r.Applied && !r.Written {
 				if n, err := layerSize(s.diffDir(id)); err != nil {
@@ -208,4 +212,16 @@ func Summary(probs []Problem) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// checkMounts compares id's mount record with the kernel's mount table.
+func (s *Store) checkMounts(id string) error {
+	m, err := s.recordedMounts(id)
+	if err != nil {
+		return err
+	}
+	if mounted := isMounted(s.mergedDir(id)); mounted != (m.Refs > 0) {
+		return fmt.Errorf("mount count %d but mounted=%v", m.Refs, mounted)
+	}
+	return nil
 }

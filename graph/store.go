@@ -383,7 +383,11 @@ func userXattrsWork(home string) error {
 // layer directory, which conflicts with every other holder in this or
 // another process. ApplyDiff replaces the directory by an exchange, so the
 // lock is retried until it is held on the directory currently in place.
-func (s *Store) lockLayer(id string) (func(), error) {
+func (s *Store) lockLayer(id string) (*layerLock, error) {
+	return s.lockLayerHow(id, unix.LOCK_EX)
+}
+
+func (s *Store) lockLayerHow(id string, how int) (*layerLock, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -396,7 +400,7 @@ func (s *Store) lockLayer(id string) (func(), error) {
 			}
 			return nil, fmt.Errorf("lock layer %s: %w", id, err)
 		}
-		if err := flock(fd, unix.LOCK_EX); err != nil {
+		if err := flock(fd, how); err != nil {
 			unix.Close(fd)
 			return nil, fmt.Errorf("lock layer %s: %w", id, err)
 		}
@@ -407,7 +411,7 @@ func (s *Store) lockLayer(id string) (func(), error) {
 		}
 		err = unix.Stat(dir, &cur)
 		if err == nil && held.Ino == cur.Ino && held.Dev == cur.Dev {
-			return func() { unix.Close(fd) }, nil
+			return &layerLock{s: s, id: id, fd: fd}, nil
 		}
 		unix.Close(fd)
 		if err != nil && !errors.Is(err, unix.ENOENT) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/layer"
 	"github.com/ovlkit/ovlkit/ovl"
+	"golang.org/x/sys/unix"
 )
 
 // hostFeatures stand in for the probe, which mounts and therefore only
@@ -251,13 +252,7 @@ func TestRecoveryOnOpen(t *testing.T) {
 	must(os.MkdirAll(filepath.Join(home, "layers", "ghost", "diff"), 0o755))
 	must(os.Remove(filepath.Join(home, "l", la.Link)))
 	must(os.Symlink("../layers/ghost/diff", filepath.Join(home, "l", "ZZZZZZ")))
-	b, err := os.ReadFile(filepath.Join(home, "state.json"))
-	must(err)
-	st, err := decodeState(b)
-	must(err)
-	st.Layers["b"].Mounts = 3
-	f := stateFile{path: filepath.Join(home, "state.json")}
-	must(f.store(st))
+	must(unix.Setxattr(filepath.Join(home, "layers", "b"), "trusted."+mountsXattr, []byte("3 rw"), 0))
 
 	s2 := openTest(t, home, "")
 	probs, err := s2.Check()
@@ -273,8 +268,8 @@ func TestRecoveryOnOpen(t *testing.T) {
 	if got, err := os.Readlink(filepath.Join(home, "l", la.Link)); err != nil || got != "../layers/a/diff" {
 		t.Errorf("lost link not rebuilt: %q %v", got, err)
 	}
-	if lb, _ := s2.Layer("b"); lb.Mounts != 0 {
-		t.Errorf("stale mount count %d survived", lb.Mounts)
+	if m, err := s2.recordedMounts("b"); err != nil || m.Refs != 0 {
+		t.Errorf("stale mount count %d survived (%v)", m.Refs, err)
 	}
 }
 
@@ -741,5 +736,19 @@ func TestKilledApplyLeavesNoTrace(t *testing.T) {
 	// The layer is usable: a complete apply now succeeds.
 	if _, err := s2.ApplyDiff(context.Background(), "victim", bytes.NewReader(full)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestMountRecordCodec(t *testing.T) {
+	for _, m := range []mountRecord{{Refs: 1}, {Refs: 2, ReadOnly: true}, {Refs: 1000}} {
+		got, err := decodeMountRecord(m.encode())
+		if err != nil || got != m {
+			t.Errorf("%+v: round trip gave %+v, %v", m, got, err)
+		}
+	}
+	for _, bad := range []string{"", "3", "-1 rw", "x rw", "2 rx", "2 rw extra", "99999999999999999999 rw"} {
+		if _, err := decodeMountRecord([]byte(bad)); err == nil {
+			t.Errorf("%q: decoded without error", bad)
+		}
 	}
 }

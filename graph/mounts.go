@@ -1,0 +1,126 @@
+package graph
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountRecord is a layer's reference count: how many Get calls, from every
+// process, hold its mount, and whether the mount is read-only.
+//
+// It lives in an xattr of the layer directory rather than in the state
+// file. Get and Put then change nothing but that one inode, which mkdir
+// and rmdir of the mount point dirty anyway: no rewrite of the state, no
+// new file, no data block. The count is only ever changed under the
+// layer's lock, whose descriptor is the one the xattr is read and written
+// through. It is a hint checked against the kernel before use (isMounted),
+// so a count left behind by a crashed process or a reboot does no harm.
+type mountRecord struct {
+	Refs     int
+	ReadOnly bool
+}
+
+// mountsXattr is the name, after the namespace, of the record's xattr.
+const mountsXattr = "ovlkit.mounts"
+
+// mountsAttr is the full xattr name: trusted.* like the overlay's own
+// metadata, user.* for a userxattr store, whose owner may not have the
+// privilege to write trusted.*.
+func (s *Store) mountsAttr() string {
+	if s.userx {
+		return "user." + mountsXattr
+	}
+	return "trusted." + mountsXattr
+}
+
+func (m mountRecord) encode() []byte {
+	v := strconv.Itoa(m.Refs)
+	if m.ReadOnly {
+		v += " ro"
+	} else {
+		v += " rw"
+	}
+	return []byte(v)
+}
+
+func decodeMountRecord(b []byte) (mountRecord, error) {
+	n, mode, ok := strings.Cut(string(b), " ")
+	refs, err := strconv.Atoi(n)
+	if !ok || err != nil || refs < 0 || (mode != "ro" && mode != "rw") {
+		return mountRecord{}, fmt.Errorf("malformed mount record %q", b)
+	}
+	return mountRecord{Refs: refs, ReadOnly: mode == "ro"}, nil
+}
+
+// layerLock is a held per-layer lock: an open descriptor of the layer
+// directory with an exclusive flock on it.
+type layerLock struct {
+	s  *Store
+	id string
+	fd int
+}
+
+func (l *layerLock) unlock() { unix.Close(l.fd) }
+
+// mounts reads the layer's mount record; a layer never mounted has none.
+func (l *layerLock) mounts() (mountRecord, error) {
+	var buf [32]byte
+	n, err := unix.Fgetxattr(l.fd, l.s.mountsAttr(), buf[:])
+	if errors.Is(err, unix.ENODATA) {
+		return mountRecord{}, nil
+	}
+	if err != nil {
+		return mountRecord{}, fmt.Errorf("%s: read mount record: %w", l.id, err)
+	}
+	m, err := decodeMountRecord(buf[:n])
+	if err != nil {
+		return mountRecord{}, fmt.Errorf("%s: %w", l.id, err)
+	}
+	return m, nil
+}
+
+// setMounts writes the record; a zero count removes it.
+func (l *layerLock) setMounts(m mountRecord) error {
+	if m.Refs == 0 {
+		err := unix.Fremovexattr(l.fd, l.s.mountsAttr())
+		if err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("%s: clear mount record: %w", l.id, err)
+		}
+		return nil
+	}
+	if err := unix.Fsetxattr(l.fd, l.s.mountsAttr(), m.encode(), 0); err != nil {
+		return fmt.Errorf("%s: write mount record: %w", l.id, err)
+	}
+	return nil
+}
+
+// mountsOf reads id's mount record without its lock, for reports; a
+// record that says mounted is believed only when the kernel agrees.
+func (s *Store) mountsOf(id string) (mountRecord, error) {
+	m, err := s.recordedMounts(id)
+	if err != nil || m.Refs == 0 || isMounted(s.mergedDir(id)) {
+		return m, err
+	}
+	return mountRecord{}, nil
+}
+
+// recordedMounts is id's mount record as written.
+func (s *Store) recordedMounts(id string) (mountRecord, error) {
+	var buf [32]byte
+	n, err := unix.Lgetxattr(s.layerDir(id), s.mountsAttr(), buf[:])
+	if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOENT) {
+		return mountRecord{}, nil
+	}
+	if err != nil {
+		return mountRecord{}, fmt.Errorf("%s: read mount record: %w", id, err)
+	}
+	m, err := decodeMountRecord(buf[:n])
+	if err != nil {
+		return mountRecord{}, fmt.Errorf("%s: %w", id, err)
+	}
+	return m, nil
+}
