@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -43,6 +44,9 @@ var zeroBlock [holeBlock]byte
 type cachedDir struct {
 	fd     int
 	newGid int
+	// defaultACL: files created here take their mode from a default ACL,
+	// not from the mode given to open and the umask.
+	defaultACL bool
 }
 
 type dirTimes struct {
@@ -75,6 +79,9 @@ type applier struct {
 	// no chown.
 	euid, egid int
 	rootGid    int
+	// umask of the process, read once; rootACL is defaultACL of the root.
+	umask   uint32
+	rootACL bool
 	// rootOpaque records a .wh..wh..opq at the top of the tar. overlayfs
 	// ignores the opaque xattr on a layer's root, so with known lowers
 	// it is turned into whiteouts of everything the lowers show there.
@@ -111,6 +118,8 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		return 0, fmt.Errorf("layer: stat apply root %s: %w", root, err)
 	}
 	a.rootGid = a.newGid(&rootSt)
+	a.rootACL = hasDefaultACL(rootFd)
+	a.umask = processUmask()
 
 	plain, closeDecomp, err := decompress(r)
 	if err != nil {
@@ -281,8 +290,49 @@ func (a *applier) openDirMode(rel string, replace bool) (int, error) {
 		_ = unix.Close(fd)
 		return -1, fmt.Errorf("stat directory %q: %w", rel, err)
 	}
-	a.dirs[rel] = cachedDir{fd: fd, newGid: a.newGid(&st)}
+	a.dirs[rel] = cachedDir{fd: fd, newGid: a.newGid(&st), defaultACL: hasDefaultACL(fd)}
 	return fd, nil
+}
+
+// hasDefaultACL reports whether a directory has a default ACL, or might:
+// only a clear "none" (no such xattr, or no ACL support) says no.
+func hasDefaultACL(fd int) bool {
+	_, err := unix.Fgetxattr(fd, "system.posix_acl_default", nil)
+	return !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.EOPNOTSUPP)
+}
+
+// processUmask reads the umask from /proc/self/status (Linux 4.7+), since
+// umask(2) can only read it by changing it, which would race with other
+// goroutines creating files. Unknown, it masks everything, which turns
+// the create-with-final-mode shortcut off.
+func processUmask() uint32 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o7777
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return uint32(m)
+			}
+		}
+	}
+	return 0o7777
+}
+
+// createdWithMode reports whether a file created in dir with mode ends up
+// with exactly that mode, so that no chmod is needed after the create:
+// no chown will clear bits, no setuid, setgid or sticky bit is involved,
+// the umask removes nothing and no default ACL replaces the umask.
+func (a *applier) createdWithMode(dir string, mode uint32, chown bool) bool {
+	if chown || mode&0o7000 != 0 || mode&a.umask != 0 {
+		return false
+	}
+	if dir == "" {
+		return !a.rootACL
+	}
+	d, ok := a.dirs[dir]
+	return ok && !d.defaultACL
 }
 
 // mkparent creates the missing directory rel (and its missing parents) the
@@ -463,7 +513,7 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	mode := uint32(hdr.Mode) & 0o7777
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeGNUSparse: // archive/tar reports TypeRegA as TypeReg
-		return a.regular(pfd, base, hdr, tr, mode, xattrs, a.dirGid(dir))
+		return a.regular(pfd, dir, base, hdr, tr, mode, xattrs, a.dirGid(dir))
 	case tar.TypeDir:
 		return a.directory(pfd, rel, base, hdr, mode, xattrs)
 	case tar.TypeSymlink:
@@ -548,35 +598,41 @@ func (a *applier) rootDir(hdr *tar.Header, xattrs map[string][]byte) error {
 	return nil
 }
 
-func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte, gid int) error {
+func (a *applier) regular(pfd int, dir, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte, gid int) error {
 	if hdr.Size < 0 {
 		return fmt.Errorf("negative size %d", hdr.Size)
 	}
 	if a.opts.MaxSize > 0 && hdr.Size > a.opts.MaxSize-a.size {
 		return fmt.Errorf("%d bytes after %d: %w", hdr.Size, a.size, ErrTooLarge)
 	}
+	// A new file already has the owner most entries ask for (0:0 when
+	// root applies), and usually the mode too: each skipped chown and
+	// chmod saves a system call per file.
+	chown := hdr.Uid != a.euid || hdr.Gid != gid
+	perm, chmod := uint32(0o600), true
+	if a.createdWithMode(dir, mode, chown) {
+		perm, chmod = mode, false
+	}
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat(pfd, base, flags, 0o600)
+	fd, err := unix.Openat(pfd, base, flags, perm)
 	if errors.Is(err, unix.EEXIST) {
 		if err = a.removeAt(pfd, base); err != nil {
 			return err
 		}
-		fd, err = unix.Openat(pfd, base, flags, 0o600)
+		fd, err = unix.Openat(pfd, base, flags, perm)
 	}
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
 	err = a.fillFile(fd, tr, hdr.Size)
-	if err == nil {
-		// A new file already has the owner most entries ask for (0:0 when
-		// root applies); skipping the chown saves a system call per file.
-		chown := hdr.Uid != a.euid || hdr.Gid != gid
+	if err == nil && chmod {
 		err = a.setMeta(fd, hdr, mode, xattrs, chown)
+	} else if err == nil {
+		err = a.setXattrsFd(fd, xattrs)
 	}
 	if err == nil {
 		t := entryTimes(hdr)
-		err = unix.UtimesNanoAt(pfd, base, t[:], unix.AT_SYMLINK_NOFOLLOW)
-		if err != nil {
+		if err = futimens(fd, &t); err != nil {
 			err = fmt.Errorf("set times: %w", err)
 		}
 	}
@@ -647,6 +703,16 @@ func (a *applier) fillFile(fd int, r io.Reader, size int64) error {
 		if err := unix.Ftruncate(fd, size); err != nil {
 			return fmt.Errorf("truncate to %d: %w", size, err)
 		}
+	}
+	return nil
+}
+
+// futimens sets the times of an open file: utimensat with a NULL path,
+// which saves the lookup of the name again.
+func futimens(fd int, ts *[2]unix.Timespec) error {
+	_, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if e != 0 {
+		return e
 	}
 	return nil
 }

@@ -466,3 +466,50 @@ func TestApplyOwnerInSetgidDirectory(t *testing.T) {
 		"top: file 0644 0:0 1 " + sha("t") + mt,
 	})
 }
+
+// A file is created with its final mode when nothing can change it; a
+// mode the umask would cut, or a directory whose default ACL replaces the
+// umask, must still end with exactly the entry's mode.
+func TestApplyModesDespiteUmaskAndDefaultACL(t *testing.T) {
+	root := t.TempDir()
+	// A default ACL of u::rwx,g::r-x,o::--- would make a file created
+	// with 0644 come out 0640.
+	acl := []byte{
+		2, 0, 0, 0, // version
+		0x01, 0, 7, 0, 0xff, 0xff, 0xff, 0xff, // ACL_USER_OBJ rwx
+		0x04, 0, 5, 0, 0xff, 0xff, 0xff, 0xff, // ACL_GROUP_OBJ r-x
+		0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, // ACL_OTHER ---
+	}
+	aclDir := filepath.Join(root, "acl")
+	if err := os.Mkdir(aclDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	haveACL := unix.Setxattr(aclDir, "system.posix_acl_default", acl, 0) == nil
+	tarb := mkTar(t,
+		reg("plain", "p", 0o644),
+		reg("groupw", "g", 0o664),
+		reg("open", "o", 0o666),
+		reg("setuid", "s", 0o4755),
+		reg("acl/file", "a", 0o644),
+	)
+	mustApply(t, root, tarb, ApplyOptions{})
+	want := map[string]os.FileMode{
+		"plain":    0o644,
+		"groupw":   0o664,
+		"open":     0o666,
+		"setuid":   0o755 | os.ModeSetuid,
+		"acl/file": 0o644,
+	}
+	for name, mode := range want {
+		fi, err := os.Lstat(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != mode {
+			t.Errorf("%s: mode %v, want %v", name, fi.Mode(), mode)
+		}
+	}
+	if !haveACL {
+		t.Log("the test filesystem takes no default ACL; the ACL case ran without one")
+	}
+}
