@@ -15,17 +15,34 @@ var DiskFilesystems = []string{"ext4", "xfs", "btrfs"}
 // for the tests; the images are sparse, so unused space costs nothing.
 const diskSize = 1 << 30
 
+// UnfitFilesystems are disks the layer store must refuse to live on; the
+// guest finds them by an "ovlunfit-" serial, so that they never become a
+// scratch upper (tests/guest/guesttest.UnfitDisk).
+var UnfitFilesystems = []string{"xfs-ftype0", "vfat"}
+
 var mkfs = map[string][]string{
 	"ext4":  {"mkfs.ext4", "-q", "-F"},
 	"xfs":   {"mkfs.xfs", "-q", "-f"},
 	"btrfs": {"mkfs.btrfs", "-q", "-f"},
+	// ftype=0 needs the old (v4) format, which the guest kernel keeps.
+	"xfs-ftype0": {"mkfs.xfs", "-q", "-f", "-m", "crc=0", "-n", "ftype=0"},
+	"vfat":       {"mkfs.vfat"},
+}
+
+func unfit(fs string) bool {
+	for _, u := range UnfitFilesystems {
+		if fs == u {
+			return true
+		}
+	}
+	return false
 }
 
 // makeDisk creates a sparse image in dir formatted with fs.
 func makeDisk(ctx context.Context, dir, fs string) (string, error) {
 	cmdline, ok := mkfs[fs]
 	if !ok {
-		return "", fmt.Errorf("no disk filesystem %q (have ext4, xfs, btrfs)", fs)
+		return "", fmt.Errorf("no disk filesystem %q (have ext4, xfs, btrfs, xfs-ftype0, vfat)", fs)
 	}
 	img := filepath.Join(dir, fs+".img")
 	f, err := os.Create(img)
@@ -48,8 +65,12 @@ func makeDisk(ctx context.Context, dir, fs string) (string, error) {
 // the guest maps disks by serial (tests/guest/guesttest), not probe order.
 func diskArgs(i int, fs, img string) []string {
 	id := fmt.Sprintf("disk%d", i)
+	prefix := "ovlkit-"
+	if unfit(fs) {
+		prefix = "ovlunfit-"
+	}
 	return []string{
 		"-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe", img, id),
-		"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,serial=ovlkit-%s", id, fs),
+		"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,serial=%s%s", id, prefix, fs),
 	}
 }

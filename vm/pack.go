@@ -168,3 +168,33 @@ func writeInitrd(dst, core string, pkgs []Package) error {
 	}
 	return f.Close()
 }
+
+// NestedWorkspace finds the go.work of a nested module that a package
+// pattern points into (the benchmark module keeps its peers' dependencies
+// out of the main go.mod and is built through its own workspace), or ""
+// when every pattern is in the main module. Patterns are relative to top,
+// as "./bench" or "./bench/...".
+func NestedWorkspace(top string, patterns []string) (string, error) {
+	found := ""
+	for _, p := range patterns {
+		if !strings.HasPrefix(p, "./") {
+			continue
+		}
+		dir := filepath.Join(top, strings.TrimSuffix(strings.TrimSuffix(p, "..."), "/"))
+		for d := dir; d != top && strings.HasPrefix(d, top+string(filepath.Separator)); d = filepath.Dir(d) {
+			if _, err := os.Stat(filepath.Join(d, "go.mod")); err != nil {
+				continue
+			}
+			work := filepath.Join(d, "go.work")
+			if _, err := os.Stat(work); err != nil {
+				return "", fmt.Errorf("%s is a separate module without a go.work to build it from %s", d, top)
+			}
+			if found != "" && found != work {
+				return "", fmt.Errorf("patterns span two nested modules (%s and %s)", found, work)
+			}
+			found = work
+			break
+		}
+	}
+	return found, nil
+}

@@ -93,7 +93,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Var(&o.pkgs, "pkg", "guest test package pattern (repeatable; default ./tests/guest/...)")
 	fs.StringVar(&o.run, "run", "", "run only guest tests matching this regexp")
 	fs.StringVar(&o.bench, "bench", "", "run guest benchmarks matching this regexp")
-	fs.StringVar(&o.fs, "fs", strings.Join(vm.DiskFilesystems, ","), "disk filesystems to attach (tmpfs is always there)")
+	fs.StringVar(&o.fs, "fs", strings.Join(append(append([]string{}, vm.DiskFilesystems...), vm.UnfitFilesystems...), ","),
+		"disk filesystems to attach (tmpfs is always there; "+strings.Join(vm.UnfitFilesystems, " and ")+" are for refusal tests)")
 	fs.StringVar(&o.accel, "accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
 	fs.IntVar(&o.mem, "mem", 512, "guest memory in MiB")
 	// Under TCG on a busy 2-core host the graph suite (128- and 500-layer
@@ -159,6 +160,18 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 	patterns := []string(o.pkgs)
 	if len(patterns) == 0 {
 		patterns = []string{"./tests/guest/..."}
+	}
+	if os.Getenv("GOWORK") == "" {
+		work, err := vm.NestedWorkspace(h.o.top, patterns)
+		if err != nil {
+			return nil, err
+		}
+		if work != "" {
+			// The go commands below inherit it; ovlvm is the only user
+			// of its environment.
+			progress("packages: building from the workspace %s", work)
+			os.Setenv("GOWORK", work)
+		}
 	}
 	t0 = time.Now()
 	if h.pkgs, err = vm.ListGuestPackages(ctx, h.goBin, h.o.top, patterns...); err != nil {
