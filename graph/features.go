@@ -16,9 +16,14 @@ import (
 // than once per command keeps the CLI fast, and a reboot (possibly into
 // another kernel) probes again.
 type featureCache struct {
+	Version  int          `json:"version"`
 	BootID   string       `json:"boot_id"`
 	Features ovl.Features `json:"features"`
 }
+
+// probeVersion changes when the probe learns something new, so that a
+// cache written by an older probe is not read as "feature missing".
+const probeVersion = 2
 
 // bootID names the running boot: the kernel's boot id where sysctl is
 // built in, otherwise the kernel build and the boot time from /proc/stat,
@@ -58,7 +63,7 @@ func loadFeatures(home string) (ovl.Features, error) {
 	}
 	if b, err := os.ReadFile(path); err == nil {
 		var c featureCache
-		if json.Unmarshal(b, &c) == nil && c.BootID == boot {
+		if json.Unmarshal(b, &c) == nil && c.BootID == boot && c.Version == probeVersion {
 			return c.Features, nil
 		}
 	}
@@ -66,7 +71,7 @@ func loadFeatures(home string) (ovl.Features, error) {
 	if err != nil {
 		return ovl.Features{}, fmt.Errorf("probe kernel features: %w", err)
 	}
-	b, err := json.MarshalIndent(featureCache{BootID: boot, Features: f}, "", "  ")
+	b, err := json.MarshalIndent(featureCache{Version: probeVersion, BootID: boot, Features: f}, "", "  ")
 	if err != nil {
 		return ovl.Features{}, fmt.Errorf("encode features: %w", err)
 	}

@@ -76,6 +76,7 @@ var (
 	ErrTooDeep     = errors.New("layer chain too deep for overlayfs")
 	ErrNotEmpty    = errors.New("layer already has content")
 	ErrInvalidID   = errors.New("invalid layer id")
+	ErrUnfitFS     = errors.New("this filesystem cannot hold overlay layers")
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -154,12 +155,20 @@ func Open(home string, opts Options) (*Store, error) {
 		}
 	}
 	statePath := filepath.Join(home, "state.json")
+	fresh, homeExisted := false, true
 	if _, err := os.Stat(statePath); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 		if !opts.Create {
 			return nil, fmt.Errorf("%s: %w", home, ErrNoStore)
+		}
+		if err := checkBackingFS(home); err != nil {
+			return nil, err
+		}
+		fresh = true
+		if _, err := os.Lstat(home); errors.Is(err, fs.ErrNotExist) {
+			homeExisted = false
 		}
 	}
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -189,9 +198,63 @@ func Open(home string, opts Options) (*Store, error) {
 	}
 	if err := s.init(opts); err != nil {
 		lf.Close()
+		if fresh {
+			// A store refused at creation leaves nothing behind.
+			undoCreate(home, homeExisted)
+		}
 		return nil, err
 	}
 	return s, nil
+}
+
+// undoCreate removes what a refused Open made in home, and home itself
+// when Open made it.
+func undoCreate(home string, homeExisted bool) {
+	if !homeExisted {
+		os.RemoveAll(home)
+		return
+	}
+	for _, n := range []string{"layers", "l", "staging", "empty", "lock", "state.json", "features.json"} {
+		os.RemoveAll(filepath.Join(home, n))
+	}
+}
+
+// unfitFS are filesystems overlayfs cannot use as an upper layer, by
+// statfs magic, with the reason. Other filesystems are judged by the
+// feature probe.
+var unfitFS = map[int64]string{
+	0x4d44:     "FAT has no whiteouts (character devices), xattrs or symlinks",
+	0x2011bab0: "exFAT has no whiteouts (character devices), xattrs or symlinks",
+	0x794c7630: "overlayfs does not take an overlay as its upper layer",
+	0x6969:     "overlayfs does not take a network filesystem as its upper layer",
+	0x65735546: "overlayfs does not take a FUSE filesystem as its upper layer",
+	0xf15f:     "overlayfs does not take eCryptfs as its upper layer",
+}
+
+// checkBackingFS refuses a new store on a filesystem in unfitFS, before
+// anything is created; home may not exist yet, so its nearest existing
+// ancestor is asked.
+func checkBackingFS(home string) error {
+	dir := home
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(dir, &st)
+		if errors.Is(err, unix.ENOENT) && dir != filepath.Dir(dir) {
+			dir = filepath.Dir(dir)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("store home %s: %w", home, err)
+		}
+		if why, ok := unfitFS[int64(st.Type)]; ok {
+			name := fsNames[int64(st.Type)]
+			if name == "" {
+				name = fmt.Sprintf("filesystem 0x%x", st.Type)
+			}
+			return fmt.Errorf("store home %s is on %s: %s: %w", home, name, why, ErrUnfitFS)
+		}
+		return nil
+	}
 }
 
 func (s *Store) init(opts Options) error {
@@ -231,9 +294,13 @@ func (s *Store) init(opts Options) error {
 		s.feat = f
 	}
 	if err := s.feat.Usable(); err != nil {
-		return fmt.Errorf("store %s: %w", s.home, err)
+		return fmt.Errorf("store %s: %w: %w", s.home, err, ErrUnfitFS)
 	}
 	s.mounter = ovl.Mounter{LowerdirPlus: s.feat.NewMountAPI}
+	if !s.userx && !s.feat.Xattrs {
+		return fmt.Errorf("store %s: the backing filesystem does not store trusted.* xattrs, which hold opaque directories: %s: %w",
+			s.home, s.feat.Notes["trusted_xattr"], ErrUnfitFS)
+	}
 	if s.userx {
 		if !s.feat.Userxattr {
 			return fmt.Errorf("store %s needs the userxattr mount option, which the kernel refused: %s", s.home, s.feat.Notes["userxattr"])

@@ -23,7 +23,7 @@ import (
 // hostFeatures stand in for the probe, which mounts and therefore only
 // runs in the guest. Nothing in these tests mounts an overlay.
 func hostFeatures() *ovl.Features {
-	return &ovl.Features{DType: true, Overlay: true, MultiLower: true, Notes: map[string]string{}}
+	return &ovl.Features{DType: true, Whiteouts: true, Xattrs: true, Overlay: true, MultiLower: true, Notes: map[string]string{}}
 }
 
 func openTest(t *testing.T, home string, layout Layout) *Store {
@@ -60,13 +60,49 @@ func TestLayoutRecorded(t *testing.T) {
 	}
 }
 
-func TestOpenRefusesWithoutDType(t *testing.T) {
-	f := hostFeatures()
-	f.DType = false
-	_, err := Open(t.TempDir(), Options{Create: true, Features: f})
-	if err == nil || !strings.Contains(err.Error(), "d_type") {
-		t.Fatalf("open without d_type: %v", err)
+func TestOpenRefusesUnfitBackingFS(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		off  func(f *ovl.Features)
+		opts Options
+		want string
+	}{
+		{"d_type", func(f *ovl.Features) { f.DType = false }, Options{}, "d_type"},
+		{"whiteouts", func(f *ovl.Features) { f.Whiteouts = false }, Options{}, "whiteouts"},
+		{"trusted xattrs", func(f *ovl.Features) { f.Xattrs = false }, Options{}, "trusted.* xattrs"},
+		{"overlay", func(f *ovl.Features) { f.Overlay = false }, Options{}, "overlay cannot mount"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := hostFeatures()
+			c.off(f)
+			opts := c.opts
+			opts.Create, opts.Features = true, f
+			existing := t.TempDir()
+			_, err := Open(existing, opts)
+			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.Is(err, ErrUnfitFS) {
+				t.Fatalf("open: %v, want ErrUnfitFS naming %q", err, c.want)
+			}
+			if ents, _ := os.ReadDir(existing); len(ents) != 0 {
+				t.Errorf("refused Open left %d entries in the home it was given", len(ents))
+			}
+			missing := filepath.Join(t.TempDir(), "store")
+			if _, err := Open(missing, opts); err == nil {
+				t.Fatal("second open succeeded")
+			}
+			if _, err := os.Lstat(missing); !os.IsNotExist(err) {
+				t.Errorf("refused Open left the home it made: %v", err)
+			}
+		})
 	}
+	// A userxattr store keeps its metadata in user.*, so it does not need
+	// trusted.* from the backing filesystem.
+	f := hostFeatures()
+	f.Xattrs, f.Userxattr = false, true
+	s, err := Open(t.TempDir(), Options{Create: true, Userxattr: true, Features: f})
+	if err != nil {
+		t.Fatalf("userxattr store without trusted xattrs: %v", err)
+	}
+	s.Close()
 }
 
 func TestFsyncStrictNeedsKernel(t *testing.T) {

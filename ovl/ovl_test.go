@@ -225,7 +225,11 @@ func TestFeaturesUsableAndOptions(t *testing.T) {
 	if err := f.Usable(); err == nil || !strings.Contains(err.Error(), "d_type") {
 		t.Errorf("no d_type: %v", err)
 	}
-	f = Features{DType: true, Overlay: true, MultiLower: true, IndexParam: true, StrictUpper: true}
+	f = Features{DType: true, Notes: map[string]string{"whiteouts": "mknod: operation not permitted"}}
+	if err := f.Usable(); err == nil || !strings.Contains(err.Error(), "whiteouts (0/0 character devices): mknod") {
+		t.Errorf("no whiteouts: %v", err)
+	}
+	f = Features{DType: true, Whiteouts: true, Overlay: true, MultiLower: true, IndexParam: true, StrictUpper: true}
 	if err := f.Usable(); err != nil {
 		t.Errorf("usable: %v", err)
 	}

@@ -15,6 +15,8 @@ import (
 // each found by trying it in a scratch directory on that filesystem.
 type Features struct {
 	DType       bool `json:"d_type"`        // readdir reports file types
+	Whiteouts   bool `json:"whiteouts"`     // the backing filesystem makes 0/0 character devices
+	Xattrs      bool `json:"trusted_xattr"` // the backing filesystem stores trusted.* xattrs
 	Overlay     bool `json:"overlay"`       // an overlay with an upper mounts here
 	MultiLower  bool `json:"multi_lower"`   // more than one lower layer
 	RedirectDir bool `json:"redirect_dir"`  // renaming a lower directory leaves a redirect (on by default)
@@ -43,6 +45,8 @@ func (f Features) Missing() []string {
 		}
 	}
 	add(f.DType, "d_type")
+	add(f.Whiteouts, "whiteouts")
+	add(f.Xattrs, "trusted_xattr")
 	add(f.Overlay, "overlay")
 	add(f.MultiLower, "multi_lower")
 	add(f.NewMountAPI, "new_mount_api")
@@ -58,6 +62,9 @@ func (f Features) Usable() error {
 	if !f.DType {
 		return errors.New("the backing filesystem does not report file types in readdir (d_type); " +
 			"reformat xfs with -n ftype=1 or enable the ext4 filetype feature")
+	}
+	if !f.Whiteouts {
+		return fmt.Errorf("the backing filesystem cannot hold overlay whiteouts (0/0 character devices): %s", f.Notes["whiteouts"])
 	}
 	if !f.Overlay {
 		return fmt.Errorf("overlay cannot mount on the backing filesystem: %s", f.Notes["overlay"])
@@ -100,6 +107,19 @@ func Probe(dir string) (Features, error) {
 	}
 	if !f.DType {
 		f.Notes["d_type"] = "readdir returns DT_UNKNOWN"
+	}
+	// Whiteouts and the opaque xattr live on the backing filesystem; a
+	// filesystem without them (FAT) still takes an overlay mount on 6.1,
+	// with a warning, and fails only at the first deletion.
+	if err := unix.Mknod(filepath.Join(base, "whiteout"), unix.S_IFCHR|0o600, 0); err != nil {
+		f.Notes["whiteouts"] = "mknod: " + err.Error()
+	} else {
+		f.Whiteouts = true
+	}
+	if err := unix.Setxattr(base, "trusted.ovlkit.probe", []byte("y"), 0); err != nil {
+		f.Notes["trusted_xattr"] = "setxattr: " + err.Error()
+	} else {
+		f.Xattrs = true
 	}
 	if _, err := os.Stat("/sys/module/overlay/parameters/index"); err == nil {
 		f.IndexParam = true

@@ -57,7 +57,7 @@ func testEnv(stdin string) (*env, *bytes.Buffer, *bytes.Buffer) {
 	var out, errb bytes.Buffer
 	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errb,
 		open: func(home string, opts graph.Options) (*graph.Store, error) {
-			opts.Features = &ovl.Features{DType: true, Overlay: true, MultiLower: true, Notes: map[string]string{"strict_upper": "EINVAL"}}
+			opts.Features = &ovl.Features{DType: true, Whiteouts: true, Xattrs: true, Overlay: true, MultiLower: true, Notes: map[string]string{"strict_upper": "EINVAL"}}
 			opts.Sync = graph.SyncNone
 			return graph.Open(home, opts)
 		}}
