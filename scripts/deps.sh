@@ -5,7 +5,7 @@
 pkgs=(
 	linux-source-6.1 quilt make gcc flex bison bc cpio xz-utils
 	libelf-dev libssl-dev ccache rsync kmod sparse
-	qemu-system-x86 e2fsprogs xfsprogs btrfs-progs
+	qemu-system-x86 e2fsprogs xfsprogs btrfs-progs dosfstools
 )
 
 missing=()

@@ -73,6 +73,38 @@ func Filesystems() []FS {
 	return append(fss, disks...)
 }
 
+// UnfitDisk mounts the disk the harness made for a refusal test ("xfs-ftype0"
+// or "vfat", serial ovlunfit-<name>) and returns its mount point, which is
+// unmounted when the test ends. The test fails when the disk is missing.
+func UnfitDisk(t testing.TB, name string) string {
+	t.Helper()
+	fstype, _, _ := strings.Cut(name, "-")
+	devs, _ := filepath.Glob("/sys/block/vd*/serial")
+	for _, p := range devs {
+		b, err := os.ReadFile(p)
+		if err != nil || strings.TrimSpace(string(b)) != "ovlunfit-"+name {
+			continue
+		}
+		dev := "/dev/" + filepath.Base(filepath.Dir(p))
+		dir := filepath.Join(scratchRoot, "unfit-"+name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatalf("mkdir %s: %v", dir, err)
+		}
+		if err := unix.Mount(dev, dir, fstype, 0, ""); err != nil {
+			t.Fatalf("mount %s (%s) on %s: %v", dev, fstype, dir, err)
+		}
+		t.Cleanup(func() {
+			UnmountBeneath(t, dir)
+			if err := unix.Unmount(dir, 0); err != nil {
+				t.Errorf("unmount %s: %v", dir, err)
+			}
+		})
+		return dir
+	}
+	t.Fatalf("no %s disk in this guest (the harness attaches it unless -fs leaves it out)", name)
+	return ""
+}
+
 // ForEachFS runs fn as a subtest named after each filesystem. A test that
 // needs all four uppers fails when one is missing rather than passing on
 // fewer: the harness always attaches ext4, xfs and btrfs.
