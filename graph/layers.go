@@ -282,6 +282,9 @@ func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
 		return cfg, true, nil
 	}
 	cfg.Upper, cfg.Work = s.diffDir(id), s.workDir(id)
+	if s.volatile {
+		cfg.Options = append(cfg.Options, "volatile")
+	}
 	if r.Parent == "" {
 		cfg.Lower = []string{s.emptyDir()}
 		return cfg, false, nil
@@ -436,6 +439,11 @@ func (s *Store) Get(id string) (string, error) {
 	})
 	if err != nil {
 		return "", err
+	}
+	if s.volatile && !ro {
+		if err := s.prepareVolatile(l); err != nil {
+			return "", fmt.Errorf("get: %w", err)
+		}
 	}
 	if err := os.Mkdir(merged, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("get %s: %w", id, err)

@@ -3,6 +3,9 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -27,15 +30,21 @@ type mountRecord struct {
 // mountsXattr is the name, after the namespace, of the record's xattr.
 const mountsXattr = "ovlkit.mounts"
 
-// mountsAttr is the full xattr name: trusted.* like the overlay's own
-// metadata, user.* for a userxattr store, whose owner may not have the
-// privilege to write trusted.*.
-func (s *Store) mountsAttr() string {
+// volatileXattr records the boot in which the layer was last mounted with
+// the overlay "volatile" option.
+const volatileXattr = "ovlkit.volatile"
+
+// xattrName is the full name of one of the store's xattrs: trusted.* like
+// the overlay's own metadata, user.* for a userxattr store, whose owner
+// may not have the privilege to write trusted.*.
+func (s *Store) xattrName(name string) string {
 	if s.userx {
-		return "user." + mountsXattr
+		return "user." + name
 	}
-	return "trusted." + mountsXattr
+	return "trusted." + name
 }
+
+func (s *Store) mountsAttr() string { return s.xattrName(mountsXattr) }
 
 func (m mountRecord) encode() []byte {
 	v := strconv.Itoa(m.Refs)
@@ -123,4 +132,31 @@ func (s *Store) recordedMounts(id string) (mountRecord, error) {
 		return mountRecord{}, fmt.Errorf("%s: %w", id, err)
 	}
 	return m, nil
+}
+
+// prepareVolatile readies a container layer for a volatile mount.
+// overlayfs marks its work directory on such a mount and refuses the next
+// mount while the mark is there, since the upper may never have reached
+// the disk. Within the boot of the last volatile mount the page cache
+// still holds everything, so the mark is cleared; after a reboot the layer
+// may be torn and is refused. The boot is recorded before the mount.
+func (s *Store) prepareVolatile(l *layerLock) error {
+	mark := filepath.Join(s.workDir(l.id), "work", "incompat", "volatile")
+	name := s.xattrName(volatileXattr)
+	if _, err := os.Lstat(mark); err == nil {
+		var buf [128]byte
+		n, err := unix.Fgetxattr(l.fd, name, buf[:])
+		if err != nil || string(buf[:n]) != s.boot {
+			return fmt.Errorf("%s: %w", l.id, ErrVolatileLost)
+		}
+		if err := os.RemoveAll(mark); err != nil {
+			return fmt.Errorf("%s: clear volatile mark: %w", l.id, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s: %w", l.id, err)
+	}
+	if err := unix.Fsetxattr(l.fd, name, []byte(s.boot), 0); err != nil {
+		return fmt.Errorf("%s: record volatile mount: %w", l.id, err)
+	}
+	return nil
 }

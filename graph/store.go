@@ -77,6 +77,9 @@ var (
 	ErrNotEmpty    = errors.New("layer already has content")
 	ErrInvalidID   = errors.New("invalid layer id")
 	ErrUnfitFS     = errors.New("this filesystem cannot hold overlay layers")
+	// ErrVolatileLost: the layer was mounted volatile before a reboot and
+	// may have lost writes; remove it.
+	ErrVolatileLost = errors.New("layer was mounted volatile before a reboot and may be torn")
 )
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -102,6 +105,12 @@ type Options struct {
 	// FsyncStrict mounts layers with fsync=strict; Open fails when the
 	// kernel does not offer it.
 	FsyncStrict bool
+	// Volatile mounts container layers with the overlay "volatile" option:
+	// overlayfs skips every sync of the upper (fsync, syncfs and the one
+	// at unmount). A crash can then tear the layer, so after a reboot the
+	// store refuses to mount a layer that was mounted volatile
+	// (ErrVolatileLost); within one boot it remounts with its data.
+	Volatile bool
 	// Userxattr makes a store created by this Open keep overlay metadata
 	// in user.overlay.* xattrs and mount with userxattr, the form an
 	// unprivileged overlay reads. Fixed at creation; for an existing store
@@ -122,6 +131,8 @@ type Store struct {
 	feat     ovl.Features
 	mounter  ovl.Mounter
 	extraOpt []string
+	volatile bool
+	boot     string // this boot's ID, for volatile mounts
 
 	mu    sync.Mutex // guards lock holders within this process
 	lockF *os.File
@@ -309,6 +320,14 @@ func (s *Store) init(opts Options) error {
 			return fmt.Errorf("store %s: %w", s.home, err)
 		}
 		s.extraOpt = append(s.extraOpt, "userxattr")
+	}
+	if opts.Volatile && opts.FsyncStrict {
+		return errors.New("options Volatile and FsyncStrict contradict each other")
+	}
+	if s.volatile = opts.Volatile; s.volatile {
+		if s.boot, err = bootID(); err != nil {
+			return err
+		}
 	}
 	if opts.FsyncStrict {
 		if !s.feat.FsyncStrict {

@@ -25,14 +25,15 @@ type env struct {
 
 // command is a parsed command line.
 type command struct {
-	home   string
-	json   bool
-	name   string
-	id     string
-	parent string
-	rw     bool
-	layout graph.Layout
-	userx  bool
+	home     string
+	json     bool
+	name     string
+	id       string
+	parent   string
+	rw       bool
+	layout   graph.Layout
+	userx    bool
+	volatile bool
 }
 
 const usage = `usage: ovlgraph --home DIR [--json] COMMAND [ARGS]
@@ -42,7 +43,8 @@ commands:
                                      create the store
   create [--rw] [--parent P] ID      create an empty image (--rw: container) layer
   apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
-  mount ID                           mount and print the path (reference-counted)
+  mount [--volatile] ID              mount and print the path (reference-counted);
+                                     --volatile: no syncs, and refused after a reboot
   umount ID                          drop one reference; unmount at zero
   diff ID > out.tar                  write the layer's changes as a tar layer
   changes ID                         list added (A), changed (C), deleted (D) paths
@@ -82,7 +84,9 @@ func parse(args []string) (command, error) {
 	case "create":
 		fs.BoolVar(&c.rw, "rw", false, "container (read-write) layer")
 		fs.StringVar(&c.parent, "parent", "", "parent layer")
-	case "apply", "mount", "umount", "diff", "changes", "rm":
+	case "mount":
+		fs.BoolVar(&c.volatile, "volatile", false, "mount a container layer with the overlay volatile option")
+	case "apply", "umount", "diff", "changes", "rm":
 	case "ls", "status", "check":
 		nargs = 0
 	default:
@@ -126,7 +130,7 @@ func run(ctx context.Context, args []string, e *env) int {
 }
 
 func (c command) exec(ctx context.Context, e *env) error {
-	opts := graph.Options{}
+	opts := graph.Options{Volatile: c.volatile}
 	if c.name == "init" {
 		opts.Create, opts.Layout, opts.Userxattr = true, c.layout, c.userx
 	}

@@ -6,7 +6,7 @@
 //	                                   create the store
 //	create [--rw] [--parent P] ID      create an empty image (or, --rw, container) layer
 //	apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
-//	mount ID                           mount (reference-counted) and print the path
+//	mount [--volatile] ID              mount (reference-counted) and print the path
 //	umount ID                          drop one reference, unmount at zero
 //	diff ID > out.tar                  write the layer's changes as a tar layer
 //	changes ID                         list added (A), changed (C), deleted (D) paths

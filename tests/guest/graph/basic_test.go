@@ -452,3 +452,33 @@ func TestMountLeakToNamespace(t *testing.T) {
 		put(t, s, "c")
 	})
 }
+
+// Group 12: two stores opened on one home (as two processes would) share
+// the reference count, which lives with the layer, not in either process.
+func TestRefcountAcrossStores(t *testing.T) {
+	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
+		s1 := newStore(t, fs, layout)
+		s2, err := graph.Open(s1.Home(), graph.Options{Features: features(t, fs)})
+		must(t, err)
+		defer s2.Close()
+		must(t, s1.CreateReadWrite("c", ""))
+		p := get(t, s1, "c")
+		get(t, s2, "c")
+		li, err := s2.Layer("c")
+		must(t, err)
+		if li.Mounts != 2 {
+			t.Errorf("mount count %d after a Get in each store, want 2", li.Mounts)
+		}
+		put(t, s1, "c")
+		if ok, _ := ovl.IsOverlay(p); !ok {
+			t.Fatal("unmounted while the other store holds a reference")
+		}
+		put(t, s2, "c")
+		if ok, _ := ovl.IsOverlay(p); ok {
+			t.Fatal("still mounted after both references were dropped")
+		}
+		if err := s1.Remove("c"); err != nil {
+			t.Errorf("remove after the last Put: %v", err)
+		}
+	})
+}

@@ -3,6 +3,7 @@
 package graphsuite
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -235,5 +236,42 @@ func TestUserxattrStore(t *testing.T) {
 		apply(t, s, "three", diffBytes(t, s, "ctr"))
 		equalList(t, "three", paths(t, get(t, s, "three")), []string{"/d", "/d/w"})
 		put(t, s, "three")
+	})
+}
+
+// Group 12: a container layer mounted volatile keeps its writes across an
+// unmount and a remount in the same boot (overlayfs leaves a mark in the
+// work directory that makes it refuse the remount; the store clears it),
+// and is refused once the boot it was mounted in is over.
+func TestVolatileRemount(t *testing.T) {
+	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
+		s := newStore(t, fs, layout, func(o *graph.Options) { o.Volatile = true })
+		must(t, s.Create("img", ""))
+		apply(t, s, "img", mkTar(t, file("f", "base")))
+		must(t, s.CreateReadWrite("c", "img"))
+		p := get(t, s, "c")
+		if opts := mountOptions(t, p); !strings.Contains(opts, "volatile") {
+			t.Errorf("volatile store mounted a container layer with %q", opts)
+		}
+		must(t, os.WriteFile(filepath.Join(p, "new"), []byte("data"), 0o644))
+		put(t, s, "c")
+		p = get(t, s, "c")
+		if b, err := os.ReadFile(filepath.Join(p, "new")); err != nil || string(b) != "data" {
+			t.Errorf("after remount: %q, %v", b, err)
+		}
+		put(t, s, "c")
+
+		// The image layer, a parent now, is mounted read-only, where
+		// volatile means nothing.
+		if p := get(t, s, "img"); strings.Contains(mountOptions(t, p), "volatile") {
+			t.Error("read-only image layer mounted volatile")
+		}
+		put(t, s, "img")
+
+		// As after a reboot: the recorded boot is another one.
+		must(t, unix.Setxattr(filepath.Join(s.Home(), "layers", "c"), "trusted.ovlkit.volatile", []byte("an earlier boot"), 0))
+		if _, err := s.Get("c"); !errors.Is(err, graph.ErrVolatileLost) {
+			t.Errorf("get after a reboot: %v, want ErrVolatileLost", err)
+		}
 	})
 }
