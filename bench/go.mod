@@ -10,6 +10,7 @@ require (
 	github.com/moby/go-archive v0.1.0
 	github.com/ovlkit/ovlkit v0.0.0-00010101000000-000000000000
 	github.com/sirupsen/logrus v1.10.2
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -48,6 +49,5 @@ require (
 	go.opentelemetry.io/otel/sdk v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -93,4 +94,43 @@ func probeKVM(ctx context.Context, qemu, kernel string) (Accelerator, string) {
 		}
 	}
 	return TCG, "kvm probe boot did not reach the kernel banner in 8s"
+}
+
+// hostTSCkHz is the host's TSC frequency when /proc/cpuinfo states it: a
+// CPU flagged constant_tsc and tsc_known_freq has a TSC of fixed,
+// firmware-reported rate, and under a hypervisor "cpu MHz" is that rate
+// rather than the current clock of a scaling core.
+func hostTSCkHz() (int, bool) {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return 0, false
+	}
+	return parseTSCkHz(string(b))
+}
+
+func parseTSCkHz(cpuinfo string) (int, bool) {
+	var mhz float64
+	flags := map[string]bool{}
+	for _, line := range strings.Split(cpuinfo, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch strings.TrimSpace(k) {
+		case "cpu MHz":
+			if mhz == 0 {
+				mhz, _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+			}
+		case "flags":
+			if len(flags) == 0 {
+				for _, f := range strings.Fields(v) {
+					flags[f] = true
+				}
+			}
+		}
+	}
+	if mhz <= 0 || !flags["constant_tsc"] || !flags["tsc_known_freq"] || !flags["hypervisor"] {
+		return 0, false
+	}
+	return int(mhz*1000 + 0.5), true
 }
