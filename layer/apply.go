@@ -321,11 +321,12 @@ func processUmask() uint32 {
 }
 
 // createdWithMode reports whether a file created in dir with mode ends up
-// with exactly that mode, so that no chmod is needed after the create:
-// no chown will clear bits, no setuid, setgid or sticky bit is involved,
-// the umask removes nothing and no default ACL replaces the umask.
-func (a *applier) createdWithMode(dir string, mode uint32, chown bool) bool {
-	if chown || mode&0o7000 != 0 || mode&a.umask != 0 {
+// with exactly that mode, so that no chmod is needed after the create: no
+// setuid, setgid or sticky bit is involved (a chown clears the first two,
+// and nothing else of the mode), the umask removes nothing and no default
+// ACL replaces the umask.
+func (a *applier) createdWithMode(dir string, mode uint32) bool {
+	if mode&0o7000 != 0 || mode&a.umask != 0 {
 		return false
 	}
 	if dir == "" {
@@ -610,7 +611,7 @@ func (a *applier) regular(pfd int, dir, base string, hdr *tar.Header, tr *tar.Re
 	// chmod saves a system call per file.
 	chown := hdr.Uid != a.euid || hdr.Gid != gid
 	perm, chmod := uint32(0o600), true
-	if a.createdWithMode(dir, mode, chown) {
+	if a.createdWithMode(dir, mode) {
 		perm, chmod = mode, false
 	}
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -625,10 +626,8 @@ func (a *applier) regular(pfd int, dir, base string, hdr *tar.Header, tr *tar.Re
 		return fmt.Errorf("create: %w", err)
 	}
 	err = a.fillFile(fd, tr, hdr.Size)
-	if err == nil && chmod {
-		err = a.setMeta(fd, hdr, mode, xattrs, chown)
-	} else if err == nil {
-		err = a.setXattrsFd(fd, xattrs)
+	if err == nil {
+		err = a.setMeta(fd, hdr, mode, xattrs, chown, chmod)
 	}
 	if err == nil {
 		t := entryTimes(hdr)
@@ -731,14 +730,16 @@ func pwriteAll(fd int, b []byte, off int64) error {
 
 // setMeta gives an open file its owner, mode and xattrs, in that order:
 // chown clears setuid bits and security.capability, so both come after it.
-func (a *applier) setMeta(fd int, hdr *tar.Header, mode uint32, xattrs map[string][]byte, chown bool) error {
+func (a *applier) setMeta(fd int, hdr *tar.Header, mode uint32, xattrs map[string][]byte, chown, chmod bool) error {
 	if chown {
 		if err := unix.Fchown(fd, hdr.Uid, hdr.Gid); err != nil {
 			return fmt.Errorf("chown %d:%d: %w", hdr.Uid, hdr.Gid, err)
 		}
 	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return fmt.Errorf("chmod %o: %w", mode, err)
+	if chmod {
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return fmt.Errorf("chmod %o: %w", mode, err)
+		}
 	}
 	return a.setXattrsFd(fd, xattrs)
 }

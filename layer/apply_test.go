@@ -485,7 +485,10 @@ func TestApplyModesDespiteUmaskAndDefaultACL(t *testing.T) {
 		t.Fatal(err)
 	}
 	haveACL := unix.Setxattr(aclDir, "system.posix_acl_default", acl, 0) == nil
+	owned := reg("owned", "x", 0o750)
+	owned.hdr.Uid, owned.hdr.Gid = 5, 6
 	tarb := mkTar(t,
+		owned,
 		reg("plain", "p", 0o644),
 		reg("groupw", "g", 0o664),
 		reg("open", "o", 0o666),
@@ -494,6 +497,7 @@ func TestApplyModesDespiteUmaskAndDefaultACL(t *testing.T) {
 	)
 	mustApply(t, root, tarb, ApplyOptions{})
 	want := map[string]os.FileMode{
+		"owned":    0o750,
 		"plain":    0o644,
 		"groupw":   0o664,
 		"open":     0o666,
