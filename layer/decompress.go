@@ -23,14 +23,19 @@ var (
 // the plain tar stream. The returned close releases decoder resources; it
 // does not close r.
 func decompress(r io.Reader) (io.Reader, func(), error) {
-	br := bufio.NewReaderSize(r, 256<<10)
-	head, err := br.Peek(len(magicXz))
-	if err != nil && !errors.Is(err, io.EOF) {
+	head := make([]byte, len(magicXz))
+	n, err := io.ReadFull(r, head)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return nil, nil, fmt.Errorf("read layer header: %w", err)
 	}
+	head = head[:n]
+	// The header goes back in front of the stream; a plain tar is then
+	// read straight from r, without a copy through a buffer.
+	src := io.MultiReader(bytes.NewReader(head), r)
+	buffered := func() *bufio.Reader { return bufio.NewReaderSize(src, 256<<10) }
 	switch {
 	case bytes.HasPrefix(head, magicGzip):
-		zr, err := gzip.NewReader(br)
+		zr, err := gzip.NewReader(buffered())
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip layer: %w", err)
 		}
@@ -40,17 +45,17 @@ func decompress(r io.Reader) (io.Reader, func(), error) {
 	case bytes.HasPrefix(head, magicZstd):
 		// The default concurrency decodes blocks ahead of the tar reader
 		// on a machine with spare CPUs and decodes synchronously on one.
-		zr, err := zstd.NewReader(br)
+		zr, err := zstd.NewReader(buffered())
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd layer: %w", err)
 		}
 		return zr, zr.Close, nil
 	case bytes.HasPrefix(head, magicBzip2):
-		return bzip2.NewReader(br), func() {}, nil
+		return bzip2.NewReader(buffered()), func() {}, nil
 	case bytes.HasPrefix(head, magicXz):
 		return nil, nil, errors.New("xz-compressed layers are not supported")
 	}
-	return br, func() {}, nil
+	return src, func() {}, nil
 }
 
 // trailerReader remembers the last tar block it passed on so that the end
