@@ -1,13 +1,9 @@
 package graph
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 )
@@ -122,90 +118,6 @@ func (st *state) linkInUse(link string) bool {
 		}
 	}
 	return false
-}
-
-// stateFile reads and writes the state atomically: a new file is written
-// and fsynced beside the old one and renamed over it, then the directory is
-// fsynced, so a crash leaves either the old or the new state, never a mix.
-type stateFile struct {
-	path string
-	sync bool
-	// The last state read or written and the bytes it was decoded from;
-	// reused while the file holds the same bytes, so that long chains do
-	// not re-parse the state on every operation. Comparing bytes rather
-	// than inode and times stays correct when a filesystem reuses the
-	// inode of the replaced file within one timestamp tick.
-	cached *state
-	raw    []byte
-}
-
-// load returns the current state; the caller must hold the store lock.
-func (f *stateFile) load() (*state, error) {
-	b, err := os.ReadFile(f.path)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("no store state at %s: %w", f.path, ErrNoStore)
-		}
-		return nil, fmt.Errorf("read state: %w", err)
-	}
-	if f.cached != nil && bytes.Equal(b, f.raw) {
-		return f.cached, nil
-	}
-	st, err := decodeState(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", f.path, err)
-	}
-	f.cached, f.raw = st, b
-	return st, nil
-}
-
-// invalidate drops the cache after a failed update, whose in-memory
-// changes must not survive.
-func (f *stateFile) invalidate() { f.cached = nil }
-
-// store writes st; the caller must hold the store lock.
-func (f *stateFile) store(st *state) error {
-	b, err := json.Marshal(st)
-	if err != nil {
-		return fmt.Errorf("encode state: %w", err)
-	}
-	dir := filepath.Dir(f.path)
-	tmp, err := os.CreateTemp(dir, ".state-*")
-	if err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if f.sync {
-		if err := tmp.Sync(); err != nil {
-			return fmt.Errorf("fsync state: %w", err)
-		}
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		return fmt.Errorf("chmod state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
-		return fmt.Errorf("replace state: %w", err)
-	}
-	ok = true
-	if f.sync {
-		if err := syncDir(dir); err != nil {
-			return err
-		}
-	}
-	f.cached, f.raw = st, append(b, '\n')
-	return nil
 }
 
 func syncDir(dir string) error {

@@ -4,7 +4,9 @@
 //
 // A store lives in one home directory:
 //
-//	state.json        the layers, their parents and mount counts (the truth)
+//	state.json        the layers and their parents (the truth): a log of
+//	                  snapshots, the last intact one counting
+//	layers/<id>       its xattr trusted.ovlkit.mounts holds the mount count
 //	lock              serialises state changes between processes (flock)
 //	features.json     kernel features probed for this boot
 //	layers/<id>/      diff/ (the layer's own changes), work/, merged/, and

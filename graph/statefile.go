@@ -1,0 +1,261 @@
+package graph
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// stateFile keeps the state as a log of snapshots: every change appends
+// the whole new state, framed by a trailer, and the last complete snapshot
+// is the state. When the log has grown to several snapshots it is
+// compacted: a new file with the last snapshot alone is written beside it
+// and renamed over it.
+//
+// Appending rather than replacing the file on every change matters on
+// ext4, whose auto_da_alloc flushes the new file's data at once when a
+// rename replaces an existing file; the next sync (every overlay unmount
+// syncs the upper filesystem) then waits for that write. An append is
+// written back with everything else.
+//
+// A crash can cut the last snapshot short, or leave zeros where its data
+// never reached the disk; its trailer then does not check out, the log is
+// read from the start up to the last snapshot that does, and the next
+// change compacts the log instead of appending after the damage. With
+// Sync, every append is fdatasync'd and a compaction is fsync'd with its
+// directory, so a change that returned survives power loss.
+type stateFile struct {
+	path string
+	sync bool
+
+	// The last state read or written, valid while the file is the same
+	// inode of the same size ending in the same trailer. A replaced file
+	// that happened to reuse the inode number and size would have to end
+	// in a snapshot of the same length and CRC as well.
+	cached  *state
+	ino     uint64
+	size    int64
+	trailer [trailerSize]byte
+	// compact makes the next store rewrite the file: it is in the
+	// original single-JSON format, or ends in a damaged snapshot.
+	compact bool
+}
+
+const (
+	trailerSize  = 16
+	trailerMagic = "OVLS"
+	// compactAt is the log size past which a change compacts it, or
+	// compactSnapshots times the snapshot size, whichever is larger.
+	compactAt        = 256 << 10
+	compactSnapshots = 8
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// trailer follows every snapshot: magic, payload length, CRC-32C of the
+// payload, and the format version.
+func makeTrailer(payload []byte) [trailerSize]byte {
+	var t [trailerSize]byte
+	copy(t[0:4], trailerMagic)
+	binary.LittleEndian.PutUint32(t[4:8], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(t[8:12], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(t[12:16], 1)
+	return t
+}
+
+// parseTrailer returns the payload length a trailer announces.
+func parseTrailer(t []byte) (int64, bool) {
+	if len(t) != trailerSize || string(t[0:4]) != trailerMagic || binary.LittleEndian.Uint32(t[12:16]) != 1 {
+		return 0, false
+	}
+	return int64(binary.LittleEndian.Uint32(t[4:8])), true
+}
+
+func checkPayload(payload []byte, t []byte) bool {
+	return binary.LittleEndian.Uint32(t[8:12]) == crc32.Checksum(payload, castagnoli)
+}
+
+// load returns the current state; the caller must hold the store lock.
+func (f *stateFile) load() (*state, error) {
+	file, err := os.Open(f.path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("no store state at %s: %w", f.path, ErrNoStore)
+		}
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	defer file.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(file.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	var t [trailerSize]byte
+	if st.Size >= trailerSize {
+		if _, err := file.ReadAt(t[:], st.Size-trailerSize); err != nil {
+			return nil, fmt.Errorf("read state: %w", err)
+		}
+	}
+	if f.cached != nil && st.Ino == f.ino && st.Size == f.size && t == f.trailer {
+		return f.cached, nil
+	}
+	if n, ok := parseTrailer(t[:]); ok && n <= st.Size-trailerSize {
+		payload := make([]byte, n)
+		if _, err := file.ReadAt(payload, st.Size-trailerSize-n); err != nil {
+			return nil, fmt.Errorf("read state: %w", err)
+		}
+		if checkPayload(payload, t[:]) {
+			s, err := decodeState(payload)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f.path, err)
+			}
+			f.remember(s, st.Ino, st.Size, t, false)
+			return s, nil
+		}
+	}
+	// No intact snapshot at the end: the file is in the single-JSON
+	// format, or a crash damaged its end.
+	all, err := io.ReadAll(file)
+	if err != nil {
+		return nil, fmt.Errorf("read state: %w", err)
+	}
+	payload, err := lastSnapshot(all)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.path, err)
+	}
+	s, err := decodeState(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.path, err)
+	}
+	f.remember(s, st.Ino, st.Size, t, true)
+	return s, nil
+}
+
+// lastSnapshot finds the state in a whole file: the last intact snapshot
+// of a log read from the start, or the file itself in the single-JSON
+// format.
+func lastSnapshot(b []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(b)) > 0 && bytes.TrimSpace(b)[0] == '{' && json.Valid(b) {
+		return b, nil
+	}
+	var last []byte
+	for off := 0; ; {
+		// A snapshot is a JSON object; its end is found by decoding.
+		dec := json.NewDecoder(bytes.NewReader(b[off:]))
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			break
+		}
+		end := off + int(dec.InputOffset())
+		if end+trailerSize > len(b) {
+			break
+		}
+		payload, t := b[off:end], b[end:end+trailerSize]
+		if n, ok := parseTrailer(t); !ok || n != int64(len(payload)) || !checkPayload(payload, t) {
+			break
+		}
+		last, off = payload, end+trailerSize
+	}
+	if last == nil {
+		return nil, errors.New("no intact state snapshot")
+	}
+	return last, nil
+}
+
+func (f *stateFile) remember(s *state, ino uint64, size int64, t [trailerSize]byte, compact bool) {
+	f.cached, f.ino, f.size, f.trailer, f.compact = s, ino, size, t, compact
+}
+
+// invalidate drops the cache after a failed update, whose in-memory
+// changes must not survive.
+func (f *stateFile) invalidate() { f.cached = nil }
+
+// store records st; the caller must hold the store lock and have loaded
+// the state in this lock hold.
+func (f *stateFile) store(st *state) error {
+	payload, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode state: %w", err)
+	}
+	t := makeTrailer(payload)
+	rec := append(payload, t[:]...)
+	limit := max(int64(compactAt), compactSnapshots*int64(len(rec)))
+	if f.cached == nil || f.compact || f.size+int64(len(rec)) > limit {
+		return f.rewrite(st, rec, t)
+	}
+	file, err := os.OpenFile(f.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	defer file.Close()
+	if _, err := file.Write(rec); err != nil {
+		// A short append leaves a damaged end, which the next load
+		// reads past and the next store compacts away.
+		return fmt.Errorf("write state: %w", err)
+	}
+	if f.sync {
+		if err := unix.Fdatasync(int(file.Fd())); err != nil {
+			return fmt.Errorf("fsync state: %w", err)
+		}
+	}
+	if err := file.Close(); err != nil {
+		return fmt.Errorf("close state: %w", err)
+	}
+	f.remember(st, f.ino, f.size+int64(len(rec)), t, false)
+	return nil
+}
+
+// rewrite replaces the file by one holding rec alone: a new file is
+// written beside it and renamed over it, so a crash leaves the old file or
+// the new one.
+func (f *stateFile) rewrite(st *state, rec []byte, t [trailerSize]byte) error {
+	dir := filepath.Dir(f.path)
+	tmp, err := os.CreateTemp(dir, ".state-*")
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := tmp.Write(rec); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if f.sync {
+		if err := tmp.Sync(); err != nil {
+			return fmt.Errorf("fsync state: %w", err)
+		}
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		return fmt.Errorf("chmod state: %w", err)
+	}
+	var fst unix.Stat_t
+	if err := unix.Fstat(int(tmp.Fd()), &fst); err != nil {
+		return fmt.Errorf("stat state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close state: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), f.path); err != nil {
+		return fmt.Errorf("replace state: %w", err)
+	}
+	ok = true
+	if f.sync {
+		if err := syncDir(dir); err != nil {
+			return err
+		}
+	}
+	f.remember(st, fst.Ino, int64(len(rec)), t, false)
+	return nil
+}
