@@ -1,7 +1,7 @@
 // Command benchmedian reads `go test -json` events (as cmd/ovlvm -json
 // writes them) or plain benchmark output on stdin and prints, for every
 // benchmark and metric, the median over the runs (-count) and the number
-// of runs, tab-separated.
+// of runs, tab-separated, followed by the lowest and the highest value.
 package main
 
 import (
@@ -22,14 +22,14 @@ func main() {
 		os.Exit(1)
 	}
 	for _, r := range rows {
-		fmt.Printf("%s\t%s\t%.6g\t%d\n", r.name, r.unit, r.median, r.runs)
+		fmt.Printf("%s\t%s\t%.6g\t%d\t%.6g\t%.6g\n", r.name, r.unit, r.median, r.runs, r.min, r.max)
 	}
 }
 
 type row struct {
-	name, unit string
-	median     float64
-	runs       int
+	name, unit       string
+	median, min, max float64
+	runs             int
 }
 
 // medians collects benchmark result lines. A line may arrive split over
@@ -106,7 +106,7 @@ func medians(r io.Reader) ([]row, error) {
 		if len(v)%2 == 0 {
 			m = (v[len(v)/2-1] + v[len(v)/2]) / 2
 		}
-		rows = append(rows, row{name: k[0], unit: k[1], median: m, runs: len(v)})
+		rows = append(rows, row{name: k[0], unit: k[1], median: m, runs: len(v), min: v[0], max: v[len(v)-1]})
 	}
 	return rows, nil
 }

@@ -23,13 +23,13 @@ func TestMedians(t *testing.T) {
 	}
 	var got []string
 	for _, r := range rows {
-		got = append(got, r.name+" "+r.unit+" "+strings.TrimSpace(strings.Join([]string{ftoa(r.median), itoa(r.runs)}, " ")))
+		got = append(got, r.name+" "+r.unit+" "+strings.TrimSpace(strings.Join([]string{ftoa(r.median), itoa(r.runs), ftoa(r.min), ftoa(r.max)}, " ")))
 	}
 	want := []string{
-		"BenchmarkA/x ns/op 200 3",
-		"BenchmarkA/x MB/s 20 3",
-		"BenchmarkB ns/op 7 2",
-		"BenchmarkB create-ns 5 2",
+		"BenchmarkA/x ns/op 200 3 100 300",
+		"BenchmarkA/x MB/s 20 3 10 30",
+		"BenchmarkB ns/op 7 2 5 9",
+		"BenchmarkB create-ns 5 2 3 7",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
