@@ -26,6 +26,8 @@ func TestParse(t *testing.T) {
 		{args: []string{"--home=/h", "--json", "create", "--rw", "--parent", "p", "c"}, want: command{home: "/h", json: true, name: "create", rw: true, parent: "p", id: "c"}},
 		{args: []string{"--home", "/h", "ls", "--json"}, want: command{home: "/h", json: true, name: "ls"}},
 		{args: []string{"--home", "/h", "rm", "x"}, want: command{home: "/h", name: "rm", id: "x"}},
+		{args: []string{"--home", "/h", "mount", "--volatile", "c"}, want: command{home: "/h", name: "mount", id: "c", volatile: true}},
+		{args: []string{"--home", "/h", "umount", "--volatile", "c"}, err: true}, // only mount takes it
 		{args: []string{"init"}, err: true},                                    // no --home
 		{args: []string{"--home", "/h"}, err: true},                            // no command
 		{args: []string{"--home", "/h", "frob"}, err: true},                    // unknown command
