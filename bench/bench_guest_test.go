@@ -192,6 +192,7 @@ func BenchmarkApplyDiff(b *testing.B) {
 							if err := os.Mkdir(dir, 0o755); err != nil {
 								b.Fatal(err)
 							}
+							unix.Sync() // the previous contender's writeback is not this one's
 							t0 := time.Now()
 							if err := as[j].fn(dir, bytes.NewReader(d.codecs[codec])); err != nil {
 								b.Fatalf("%s apply: %v", as[j].name, err)
@@ -412,6 +413,7 @@ func BenchmarkDriverApplyDiff(b *testing.B) {
 					if err := ds[j].create(id, "", false); err != nil {
 						b.Fatalf("%s create: %v", names[j], err)
 					}
+					unix.Sync() // the previous contender's writeback is not this one's
 					t0 := time.Now()
 					if err := ds[j].apply(id, bytes.NewReader(d.codecs["plain"])); err != nil {
 						b.Fatalf("%s apply: %v", names[j], err)
@@ -482,6 +484,11 @@ func BenchmarkLifecycle(b *testing.B) {
 					for k, j := range orders(len(ds)) {
 						dr, name := ds[j], drivers[j].name
 						id := fmt.Sprintf("c%d-%d-%d", i, c, k)
+						// An unmount syncs the upper filesystem:
+						// whatever the setup or the contender before
+						// left dirty (a volatile one leaves all of it)
+						// must not be charged to this one.
+						unix.Sync()
 						t0 := time.Now()
 						if err := dr.create(id, "image2", true); err != nil {
 							b.Fatalf("%s create: %v", name, err)
