@@ -77,17 +77,25 @@ func (l *layerLock) unlock() { unix.Close(l.fd) }
 
 // mounts reads the layer's mount record; a layer never mounted has none.
 func (l *layerLock) mounts() (mountRecord, error) {
+	return readMountRecord(l.id, func(buf []byte) (int, error) {
+		return unix.Fgetxattr(l.fd, l.s.mountsAttr(), buf)
+	})
+}
+
+// readMountRecord decodes the record get reads into buf; no xattr (or no
+// layer directory) is no record.
+func readMountRecord(id string, get func(buf []byte) (int, error)) (mountRecord, error) {
 	var buf [32]byte
-	n, err := unix.Fgetxattr(l.fd, l.s.mountsAttr(), buf[:])
-	if errors.Is(err, unix.ENODATA) {
+	n, err := get(buf[:])
+	if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOENT) {
 		return mountRecord{}, nil
 	}
 	if err != nil {
-		return mountRecord{}, fmt.Errorf("%s: read mount record: %w", l.id, err)
+		return mountRecord{}, fmt.Errorf("%s: read mount record: %w", id, err)
 	}
 	m, err := decodeMountRecord(buf[:n])
 	if err != nil {
-		return mountRecord{}, fmt.Errorf("%s: %w", l.id, err)
+		return mountRecord{}, fmt.Errorf("%s: %w", id, err)
 	}
 	return m, nil
 }
@@ -119,19 +127,9 @@ func (s *Store) mountsOf(id string) (mountRecord, error) {
 
 // recordedMounts is id's mount record as written.
 func (s *Store) recordedMounts(id string) (mountRecord, error) {
-	var buf [32]byte
-	n, err := unix.Lgetxattr(s.layerDir(id), s.mountsAttr(), buf[:])
-	if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOENT) {
-		return mountRecord{}, nil
-	}
-	if err != nil {
-		return mountRecord{}, fmt.Errorf("%s: read mount record: %w", id, err)
-	}
-	m, err := decodeMountRecord(buf[:n])
-	if err != nil {
-		return mountRecord{}, fmt.Errorf("%s: %w", id, err)
-	}
-	return m, nil
+	return readMountRecord(id, func(buf []byte) (int, error) {
+		return unix.Lgetxattr(s.layerDir(id), s.mountsAttr(), buf)
+	})
 }
 
 // prepareVolatile readies a container layer for a volatile mount.
