@@ -452,8 +452,9 @@ func (s *Store) Get(id string) (string, error) {
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
 	if written {
-		// Mark before anyone can write through the mount, so that
-		// Check does not hold the content against the applied size.
+		// Recorded before Get hands out the path, so before anything
+		// is written through the mount: Check must not hold the
+		// content against the applied size from then on.
 		err = s.update(func(st *state) (bool, error) {
 			st.Layers[id].Written = true
 			return true, nil
