@@ -3,6 +3,8 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -346,7 +348,7 @@ func (s *Store) Layers() ([]LayerInfo, error) {
 }
 
 // Remove deletes a layer that has no children and is not mounted.
-func (s *Store) Remove(id string) (err error) {
+func (s *Store) Remove(id string) error {
 	l, err := s.lockLayer(id)
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
@@ -359,17 +361,6 @@ func (s *Store) Remove(id string) (err error) {
 	if m.Refs > 0 && isMounted(s.mergedDir(id)) {
 		return fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, m.Refs)
 	}
-	stg, err := s.newStage("remove-" + id)
-	if err != nil {
-		return fmt.Errorf("remove %s: %w", id, err)
-	}
-	defer func() {
-		// The layer is gone from the state already; a leftover is
-		// reclaimed by the next Open, but the caller should know.
-		if derr := stg.discard(); derr != nil && err == nil {
-			err = fmt.Errorf("remove %s: layer removed, files left in staging: %w", id, derr)
-		}
-	}()
 	err = s.update(func(st *state) (bool, error) {
 		r, ok := st.Layers[id]
 		if !ok {
@@ -391,12 +382,25 @@ func (s *Store) Remove(id string) (err error) {
 	if err != nil {
 		return err
 	}
-	// Move the directory away in one rename, then delete at leisure: a
-	// crash after this point leaves only staging garbage.
-	if err := os.Rename(s.layerDir(id), filepath.Join(stg.dir, "layer")); err != nil {
-		return fmt.Errorf("remove %s: %w", id, err)
+	// Move the directory away in one rename, then delete it: a crash
+	// after this point leaves only staging garbage. The trash needs no
+	// lock of its own: an Open that removes it first only saves work.
+	for {
+		trash := filepath.Join(s.home, "staging", fmt.Sprintf("remove-%s-%016x", id, rand.Uint64()))
+		err := os.Rename(s.layerDir(id), trash)
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			continue // a leftover of the same name
+		}
+		if err != nil {
+			return fmt.Errorf("remove %s: %w", id, err)
+		}
+		// The layer is gone from the state already; a leftover is
+		// reclaimed by the next Open, but the caller should know.
+		if err := removeAll(trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: layer removed, files left in staging: %w", id, err)
+		}
+		return nil
 	}
-	return nil
 }
 
 // Get mounts id (on first use) and returns the path of its root. Every Get
