@@ -7,7 +7,7 @@
 #                 harness self-test, and the series checks
 #
 # Options: KERNEL=patched|stock|<tree>  ACCEL=auto|kvm|tcg  CACHE=<dir>
-#          RUN=<regexp>  FS=ext4,xfs,btrfs  KCONFIG_EXTRA=debug  V=1
+#          RUN=<regexp>  FS=ext4,xfs,btrfs,xfs-ftype0,vfat  KCONFIG_EXTRA=debug  V=1
 
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
@@ -16,7 +16,7 @@ export ACCEL ?= auto
 export KCONFIG_EXTRA
 KERNEL ?= patched
 RUN ?=
-FS ?= ext4,xfs,btrfs
+FS ?= ext4,xfs,btrfs,xfs-ftype0,vfat
 OUT := build
 GUEST_FLAGS = -fs $(FS) $(if $(RUN),-run '$(RUN)')
 OVLVM = go run ./cmd/ovlvm
