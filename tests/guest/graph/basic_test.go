@@ -293,13 +293,9 @@ func TestRefcount(t *testing.T) {
 			t.Fatalf("two Gets gave %s and %s", p1, p2)
 		}
 		put(t, s, "c")
-		if ok, _ := ovl.IsOverlay(p1); !ok {
-			t.Fatal("unmounted after one of two Puts")
-		}
+		wantMounted(t, p1, true, "after one of two Puts")
 		put(t, s, "c")
-		if ok, _ := ovl.IsOverlay(p1); ok {
-			t.Fatal("still mounted after the last Put")
-		}
+		wantMounted(t, p1, false, "after the last Put")
 		if err := s.Put("c"); !errors.Is(err, graph.ErrNotMounted) {
 			t.Errorf("extra Put: %v, want ErrNotMounted", err)
 		}
@@ -470,15 +466,19 @@ func TestRefcountAcrossStores(t *testing.T) {
 			t.Errorf("mount count %d after a Get in each store, want 2", li.Mounts)
 		}
 		put(t, s1, "c")
-		if ok, _ := ovl.IsOverlay(p); !ok {
-			t.Fatal("unmounted while the other store holds a reference")
-		}
+		wantMounted(t, p, true, "while the other store holds a reference")
 		put(t, s2, "c")
-		if ok, _ := ovl.IsOverlay(p); ok {
-			t.Fatal("still mounted after both references were dropped")
-		}
+		wantMounted(t, p, false, "after both references were dropped")
 		if err := s1.Remove("c"); err != nil {
 			t.Errorf("remove after the last Put: %v", err)
 		}
 	})
+}
+
+// wantMounted fails the test unless path is (or is not) an overlay mount.
+func wantMounted(t *testing.T, path string, want bool, when string) {
+	t.Helper()
+	if ok, _ := ovl.IsOverlay(path); ok != want {
+		t.Fatalf("mounted=%v %s, want %v", ok, when, want)
+	}
 }
