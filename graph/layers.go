@@ -425,12 +425,12 @@ func (s *Store) Get(id string) (string, error) {
 	}
 	// No mount, or a count left by a crashed process: mount afresh. The
 	// layer's lock keeps its record, its chain and its children as they
-	// are; the store lock is needed only to read them.
+	// are, so the state as last seen serves when nobody changed it.
 	var (
 		cfg         ovl.Config
 		ro, written bool
 	)
-	err = s.view(func(st *state) error {
+	err = s.peek(func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("get %s: %w", id, ErrNotExist)

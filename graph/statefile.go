@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -36,13 +34,19 @@ import (
 type stateFile struct {
 	path string
 	sync bool
+	// file is the open state file, kept between calls (read and
+	// appended to); a compaction by any process replaces the file at
+	// path, which a different inode number there reveals. While file
+	// is open its inode cannot be freed, so its number cannot come back
+	// on another file.
+	file *os.File
 
 	// The last state read or written, valid while the file is the same
 	// inode of the same size ending in the same trailer. A replaced file
 	// that happened to reuse the inode number and size would have to end
 	// in a snapshot of the same length and CRC as well.
 	cached  *state
-	ino     uint64
+	ino     uint64 // of file
 	size    int64
 	trailer [trailerSize]byte
 	// compact makes the next store rewrite the file: it is in the
@@ -84,32 +88,85 @@ func checkPayload(payload []byte, t []byte) bool {
 	return binary.LittleEndian.Uint32(t[8:12]) == crc32.Checksum(payload, castagnoli)
 }
 
+// open makes f.file the file now at path and returns its size.
+func (f *stateFile) open() (int64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(f.path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return 0, fmt.Errorf("no store state at %s: %w", f.path, ErrNoStore)
+		}
+		return 0, fmt.Errorf("read state: %w", err)
+	}
+	if f.file != nil && st.Ino == f.ino {
+		return st.Size, nil
+	}
+	f.close()
+	file, err := os.OpenFile(f.path, os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		return 0, fmt.Errorf("read state: %w", err)
+	}
+	if err := unix.Fstat(int(file.Fd()), &st); err != nil {
+		file.Close()
+		return 0, fmt.Errorf("read state: %w", err)
+	}
+	f.file, f.ino, f.cached = file, st.Ino, nil
+	return st.Size, nil
+}
+
+// close releases the file; the next load opens it again.
+func (f *stateFile) close() {
+	if f.file != nil {
+		f.file.Close()
+	}
+	f.file, f.cached = nil, nil
+}
+
+// tail reads the trailer at the end of a file of size bytes.
+func (f *stateFile) tail(size int64) ([trailerSize]byte, error) {
+	var t [trailerSize]byte
+	if size < trailerSize {
+		return t, nil
+	}
+	if _, err := f.file.ReadAt(t[:], size-trailerSize); err != nil {
+		return t, fmt.Errorf("read state: %w", err)
+	}
+	return t, nil
+}
+
+// peek returns the state last read or written if the file provably has
+// not changed since, without the store lock (a change in progress shows
+// as another size or trailer), or nil. The caller holds the in-process
+// mutex, which guards the cached state.
+func (f *stateFile) peek() *state {
+	if f.cached == nil || f.file == nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(f.path, &st); err != nil || st.Ino != f.ino || st.Size != f.size {
+		return nil
+	}
+	if t, err := f.tail(st.Size); err != nil || t != f.trailer {
+		return nil
+	}
+	return f.cached
+}
+
 // load returns the current state; the caller must hold the store lock.
 func (f *stateFile) load() (*state, error) {
-	file, err := os.Open(f.path)
+	size, err := f.open()
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("no store state at %s: %w", f.path, ErrNoStore)
-		}
-		return nil, fmt.Errorf("read state: %w", err)
+		return nil, err
 	}
-	defer file.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(file.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("read state: %w", err)
+	t, err := f.tail(size)
+	if err != nil {
+		return nil, err
 	}
-	var t [trailerSize]byte
-	if st.Size >= trailerSize {
-		if _, err := file.ReadAt(t[:], st.Size-trailerSize); err != nil {
-			return nil, fmt.Errorf("read state: %w", err)
-		}
-	}
-	if f.cached != nil && st.Ino == f.ino && st.Size == f.size && t == f.trailer {
+	if f.cached != nil && size == f.size && t == f.trailer {
 		return f.cached, nil
 	}
-	if n, ok := parseTrailer(t[:]); ok && n <= st.Size-trailerSize {
+	if n, ok := parseTrailer(t[:]); ok && n <= size-trailerSize {
 		payload := make([]byte, n)
-		if _, err := file.ReadAt(payload, st.Size-trailerSize-n); err != nil {
+		if _, err := f.file.ReadAt(payload, size-trailerSize-n); err != nil {
 			return nil, fmt.Errorf("read state: %w", err)
 		}
 		if checkPayload(payload, t[:]) {
@@ -117,14 +174,14 @@ func (f *stateFile) load() (*state, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", f.path, err)
 			}
-			f.remember(s, st.Ino, st.Size, t, false)
+			f.remember(s, size, t, false)
 			return s, nil
 		}
 	}
 	// No intact snapshot at the end: the file is in the single-JSON
 	// format, or a crash damaged its end.
-	all, err := io.ReadAll(file)
-	if err != nil {
+	all := make([]byte, size)
+	if _, err := f.file.ReadAt(all, 0); err != nil {
 		return nil, fmt.Errorf("read state: %w", err)
 	}
 	payload, err := lastSnapshot(all)
@@ -135,7 +192,7 @@ func (f *stateFile) load() (*state, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.path, err)
 	}
-	f.remember(s, st.Ino, st.Size, t, true)
+	f.remember(s, size, t, true)
 	return s, nil
 }
 
@@ -170,8 +227,8 @@ func lastSnapshot(b []byte) ([]byte, error) {
 	return last, nil
 }
 
-func (f *stateFile) remember(s *state, ino uint64, size int64, t [trailerSize]byte, compact bool) {
-	f.cached, f.ino, f.size, f.trailer, f.compact = s, ino, size, t, compact
+func (f *stateFile) remember(s *state, size int64, t [trailerSize]byte, compact bool) {
+	f.cached, f.size, f.trailer, f.compact = s, size, t, compact
 }
 
 // invalidate drops the cache after a failed update, whose in-memory
@@ -188,28 +245,21 @@ func (f *stateFile) store(st *state) error {
 	t := makeTrailer(payload)
 	rec := append(payload, t[:]...)
 	limit := max(int64(compactAt), compactSnapshots*int64(len(rec)))
-	if f.cached == nil || f.compact || f.size+int64(len(rec)) > limit {
+	if f.cached == nil || f.file == nil || f.compact || f.size+int64(len(rec)) > limit {
 		return f.rewrite(st, rec, t)
 	}
-	file, err := os.OpenFile(f.path, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	defer file.Close()
-	if _, err := file.Write(rec); err != nil {
+	// The file is the one load read in this lock hold.
+	if _, err := f.file.Write(rec); err != nil {
 		// A short append leaves a damaged end, which the next load
 		// reads past and the next store compacts away.
 		return fmt.Errorf("write state: %w", err)
 	}
 	if f.sync {
-		if err := unix.Fdatasync(int(file.Fd())); err != nil {
+		if err := unix.Fdatasync(int(f.file.Fd())); err != nil {
 			return fmt.Errorf("fsync state: %w", err)
 		}
 	}
-	if err := file.Close(); err != nil {
-		return fmt.Errorf("close state: %w", err)
-	}
-	f.remember(st, f.ino, f.size+int64(len(rec)), t, false)
+	f.remember(st, f.size+int64(len(rec)), t, false)
 	return nil
 }
 
@@ -244,18 +294,22 @@ func (f *stateFile) rewrite(st *state, rec []byte, t [trailerSize]byte) error {
 	if err := unix.Fstat(int(tmp.Fd()), &fst); err != nil {
 		return fmt.Errorf("stat state: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close state: %w", err)
+	// The new file stays open for the appends that follow, which must
+	// land at its end whatever other processes appended meanwhile.
+	if _, err := unix.FcntlInt(tmp.Fd(), unix.F_SETFL, unix.O_APPEND); err != nil {
+		return fmt.Errorf("write state: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), f.path); err != nil {
 		return fmt.Errorf("replace state: %w", err)
 	}
 	ok = true
+	f.close()
+	f.file, f.ino = tmp, fst.Ino
+	f.remember(st, int64(len(rec)), t, false)
 	if f.sync {
 		if err := syncDir(dir); err != nil {
 			return err
 		}
 	}
-	f.remember(st, fst.Ino, int64(len(rec)), t, false)
 	return nil
 }

@@ -146,3 +146,42 @@ func TestStateLogRefusesGarbage(t *testing.T) {
 		t.Error("garbage loaded as a state")
 	}
 }
+
+// peek serves the cached state only while no process changed the file:
+// an append or a compaction by another one makes it decline.
+func TestStatePeekSeesOtherWriters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	a, b := &stateFile{path: path}, &stateFile{path: path}
+	defer a.close()
+	defer b.close()
+	if err := a.store(stateWith(1)); err != nil {
+		t.Fatal(err)
+	}
+	if st := a.peek(); st == nil || len(st.Layers) != 1 {
+		t.Fatalf("peek after own write: %v", st)
+	}
+	mustLoad(t, b)
+	if err := b.store(stateWith(2)); err != nil { // an append
+		t.Fatal(err)
+	}
+	if a.peek() != nil {
+		t.Fatal("peek served a state another writer appended to")
+	}
+	if got := len(mustLoad(t, a).Layers); got != 2 {
+		t.Fatalf("load after the append: %d layers", got)
+	}
+	if a.peek() == nil {
+		t.Fatal("peek declined an unchanged file")
+	}
+	mustLoad(t, b)
+	b.compact = true
+	if err := b.store(stateWith(3)); err != nil { // a compaction: a new file
+		t.Fatal(err)
+	}
+	if a.peek() != nil {
+		t.Fatal("peek served a state whose file was replaced")
+	}
+	if got := len(mustLoad(t, a).Layers); got != 3 {
+		t.Fatalf("load after the compaction: %d layers", got)
+	}
+}

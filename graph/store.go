@@ -349,6 +349,7 @@ func (s *Store) Close() error {
 	}
 	err := s.lockF.Close()
 	s.lockF = nil
+	s.state.close()
 	if err != nil {
 		return fmt.Errorf("close store lock: %w", err)
 	}
@@ -408,6 +409,22 @@ func (s *Store) update(fn func(st *state) (bool, error)) error {
 		return err
 	}
 	return nil
+}
+
+// peek runs fn on the state as this process last saw it when the state
+// file shows that no process changed it since, which needs no store lock;
+// otherwise it is view. fn must not change the state. It serves readers
+// whose part of the state only changes under a layer lock they hold.
+func (s *Store) peek(fn func(st *state) error) error {
+	s.mu.Lock()
+	if s.lockF != nil {
+		if st := s.state.peek(); st != nil {
+			defer s.mu.Unlock()
+			return fn(st)
+		}
+	}
+	s.mu.Unlock()
+	return s.view(fn)
 }
 
 // view runs fn on the current state under the store lock; fn must not
