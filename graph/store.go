@@ -211,6 +211,7 @@ func Open(home string, opts Options) (*Store, error) {
 	}
 	if err := s.init(opts); err != nil {
 		lf.Close()
+		s.state.close()
 		if fresh {
 			// A store refused at creation leaves nothing behind.
 			undoCreate(home, homeExisted)

@@ -85,6 +85,9 @@ func TestOpenRefusesUnfitBackingFS(t *testing.T) {
 			if ents, _ := os.ReadDir(existing); len(ents) != 0 {
 				t.Errorf("refused Open left %d entries in the home it was given", len(ents))
 			}
+			if fds := openFilesBeneath(t, existing); len(fds) > 0 {
+				t.Errorf("refused Open left files open: %v", fds)
+			}
 			missing := filepath.Join(t.TempDir(), "store")
 			if _, err := Open(missing, opts); err == nil {
 				t.Fatal("second open succeeded")
@@ -787,4 +790,21 @@ func TestMountRecordCodec(t *testing.T) {
 			t.Errorf("%q: decoded without error", bad)
 		}
 	}
+}
+
+// openFilesBeneath lists what this process holds open below dir; an open
+// file keeps the filesystem from being unmounted.
+func openFilesBeneath(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if p, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(p, dir+"/") {
+			out = append(out, p)
+		}
+	}
+	return out
 }
