@@ -90,7 +90,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.top, "C", ".", "ovlkit source tree")
 	fs.StringVar(&o.cache, "cache", defaultCache(), "cache directory (initramfs, accelerator probe, run dirs)")
-	fs.Var(&o.pkgs, "pkg", "guest test package pattern (repeatable; default ./tests/guest/...)")
+	fs.Var(&o.pkgs, "pkg", "guest test package pattern (repeatable; default ./tests/guest/... and ./cmd/ovlgraph)")
 	fs.StringVar(&o.run, "run", "", "run only guest tests matching this regexp")
 	fs.StringVar(&o.bench, "bench", "", "run guest benchmarks matching this regexp")
 	fs.StringVar(&o.fs, "fs", strings.Join(append(append([]string{}, vm.DiskFilesystems...), vm.UnfitFilesystems...), ","),
@@ -159,7 +159,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 	progress("initramfs: %s (%.1fs)", filepath.Base(h.initramfs), time.Since(t0).Seconds())
 	patterns := []string(o.pkgs)
 	if len(patterns) == 0 {
-		patterns = []string{"./tests/guest/..."}
+		patterns = []string{"./tests/guest/...", "./cmd/ovlgraph"}
 	}
 	if os.Getenv("GOWORK") == "" {
 		work, err := vm.NestedWorkspace(h.o.top, patterns)
