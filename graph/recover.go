@@ -185,6 +185,14 @@ func (s *Store) recover(st *state) error {
 		}
 	}
 
+	// A state compaction that crashed before its rename leaves its new
+	// file; compactions run under the store lock, which is held here.
+	if tmps, err := filepath.Glob(filepath.Join(s.home, ".state-*")); err == nil {
+		for _, p := range tmps {
+			os.Remove(p)
+		}
+	}
+
 	// Mount counts of a crashed process. A layer whose lock is held is
 	// in use by a live process, which checks the count itself.
 	for id := range st.Layers {

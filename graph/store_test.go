@@ -291,6 +291,7 @@ func TestRecoveryOnOpen(t *testing.T) {
 	must(os.MkdirAll(filepath.Join(home, "layers", "ghost", "diff"), 0o755))
 	must(os.Remove(filepath.Join(home, "l", la.Link)))
 	must(os.Symlink("../layers/ghost/diff", filepath.Join(home, "l", "ZZZZZZ")))
+	must(os.WriteFile(filepath.Join(home, ".state-123"), []byte("{"), 0o600))
 	must(unix.Setxattr(filepath.Join(home, "layers", "b"), "trusted."+mountsXattr, []byte("3 rw"), 0))
 
 	s2 := openTest(t, home, "")
@@ -303,6 +304,9 @@ func TestRecoveryOnOpen(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(home, "staging")); len(ents) != 0 {
 		t.Errorf("staging holds %d entries", len(ents))
+	}
+	if _, err := os.Stat(filepath.Join(home, ".state-123")); !os.IsNotExist(err) {
+		t.Error("the new file of a crashed compaction survived")
 	}
 	if got, err := os.Readlink(filepath.Join(home, "l", la.Link)); err != nil || got != "../layers/a/diff" {
 		t.Errorf("lost link not rebuilt: %q %v", got, err)
