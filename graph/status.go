@@ -47,6 +47,9 @@ var fsNames = map[int64]string{
 	0x858458f6: "ramfs",
 	0x6969:     "nfs",
 	0x4d44:     "vfat",
+	0x2011bab0: "exfat",
+	0x65735546: "fuse",
+	0xf15f:     "ecryptfs",
 	0x2fc12fc1: "zfs",
 	0xf2f52010: "f2fs",
 }

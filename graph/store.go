@@ -233,16 +233,16 @@ func undoCreate(home string, homeExisted bool) {
 	}
 }
 
-// unfitFS are filesystems overlayfs cannot use as an upper layer, by
-// statfs magic, with the reason. Other filesystems are judged by the
-// feature probe.
-var unfitFS = map[int64]string{
-	0x4d44:     "FAT has no whiteouts (character devices), xattrs or symlinks",
-	0x2011bab0: "exFAT has no whiteouts (character devices), xattrs or symlinks",
-	0x794c7630: "overlayfs does not take an overlay as its upper layer",
-	0x6969:     "overlayfs does not take a network filesystem as its upper layer",
-	0x65735546: "overlayfs does not take a FUSE filesystem as its upper layer",
-	0xf15f:     "overlayfs does not take eCryptfs as its upper layer",
+// unfitFS are filesystems overlayfs cannot use as an upper layer, by the
+// name BackingFS gives them, with the reason. Other filesystems are
+// judged by the feature probe.
+var unfitFS = map[string]string{
+	"vfat":     "FAT has no whiteouts (character devices), xattrs or symlinks",
+	"exfat":    "exFAT has no whiteouts (character devices), xattrs or symlinks",
+	"overlay":  "overlayfs does not take an overlay as its upper layer",
+	"nfs":      "overlayfs does not take a network filesystem as its upper layer",
+	"fuse":     "overlayfs does not take a FUSE filesystem as its upper layer",
+	"ecryptfs": "overlayfs does not take eCryptfs as its upper layer",
 }
 
 // checkBackingFS refuses a new store on a filesystem in unfitFS, before
@@ -251,8 +251,7 @@ var unfitFS = map[int64]string{
 func checkBackingFS(home string) error {
 	dir := home
 	for {
-		var st unix.Statfs_t
-		err := unix.Statfs(dir, &st)
+		name, err := BackingFS(dir)
 		if errors.Is(err, unix.ENOENT) && dir != filepath.Dir(dir) {
 			dir = filepath.Dir(dir)
 			continue
@@ -260,11 +259,7 @@ func checkBackingFS(home string) error {
 		if err != nil {
 			return fmt.Errorf("store home %s: %w", home, err)
 		}
-		if why, ok := unfitFS[int64(st.Type)]; ok {
-			name := fsNames[int64(st.Type)]
-			if name == "" {
-				name = fmt.Sprintf("filesystem 0x%x", st.Type)
-			}
+		if why, ok := unfitFS[name]; ok {
 			return fmt.Errorf("store home %s is on %s: %s: %w", home, name, why, ErrUnfitFS)
 		}
 		return nil
