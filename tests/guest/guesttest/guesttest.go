@@ -2,8 +2,8 @@
 
 // Package guesttest is what every guest test package uses: the scratch
 // filesystems the harness attached (tmpfs always; ext4, xfs and btrfs on
-// virtio disks), overlay mount helpers, the kernel log, and the declaration
-// that a test proves a patch of the series.
+// virtio disks), overlay mount helpers, the kernel log, and the declarations
+// that a test proves a patch of the series or keeps stock behaviour.
 //
 // Guest packages carry the ovlkit_guest build tag: they only make sense as
 // root inside the QEMU guest booted by cmd/ovlvm, so a host "go test ./..."
@@ -34,6 +34,23 @@ const ProofMarker = "ovlkit-proves: "
 func Proves(t testing.TB, subject string) {
 	t.Helper()
 	t.Log(ProofMarker + subject)
+}
+
+// KeepsMarker starts the log line by which a test tells the harness that it
+// guards behaviour the series must not change. The harness then requires
+// the test to pass on the stock kernel as well as on the patched one.
+const KeepsMarker = "ovlkit-keeps: "
+
+// Keeps declares that t guards behaviour the series must leave as the stock
+// kernel has it, described by what (for example "rename of a lower
+// directory fails with EXDEV without redirect_dir"). Unlike a proof, a
+// failure is never excused on the stock kernel, and "ovlvm test" fails the
+// run unless the test ran on both kernels. The subtests of t inherit the
+// declaration; a test must not declare both Keeps and Proves, and a proof
+// must not be nested in a keeps test.
+func Keeps(t testing.TB, what string) {
+	t.Helper()
+	t.Log(KeepsMarker + what)
 }
 
 // FS is one filesystem the guest can put overlay layers on.
