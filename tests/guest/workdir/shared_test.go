@@ -124,3 +124,58 @@ func TestSharedWorkdirIndexOnBusy(t *testing.T) {
 		}
 	})
 }
+
+// A mount that joined a shared work dir must survive the departure of the
+// mount that set the work dir up: once A is gone, the next mount C must
+// see that B still uses the work dir and join it, not clean it as if it
+// were the first. (v1 of the series decided this by the in-use lock, which
+// A released at unmount, so C cleaned work/ under B.)
+func TestSharedWorkdirHandover(t *testing.T) {
+	guesttest.Proves(t, subjectSharedWorkdir)
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		a, base := sharedLayers(t, fs)
+		mkdir(t, filepath.Join(a.Lower[0], "e"))
+		mkdir(t, filepath.Join(a.Lower[0], "g"))
+		a.Mount(t, "index=off")
+
+		kmsg := guesttest.OpenKmsg(t)
+		b := secondMount(t, a, base, "merged-b")
+		b.Mount(t, "index=off")
+		kmsg.Expect(t, inUseMsg)
+
+		a.Unmount(t)
+
+		c := secondMount(t, a, base, "merged-c")
+		c.Mount(t, "index=off")
+
+		// Both operations stage in work/work: the whiteout of the unlink
+		// and the new directory of the copy-up are made there and renamed
+		// into the upper dir.
+		if err := os.Remove(filepath.Join(b.Merged, "f1")); err != nil {
+			t.Errorf("unlink of a lower file in B after C mounted: %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(b.Merged, "d", "new"), []byte("b"), 0o644); err != nil {
+			t.Errorf("create in a lower dir (directory copy-up) in B after C mounted: %v", err)
+		}
+		if err := os.Chmod(filepath.Join(b.Merged, "e"), 0o700); err != nil {
+			t.Errorf("chmod of a lower dir (directory copy-up) in B after C mounted: %v", err)
+		}
+		if _, err := os.Lstat(filepath.Join(b.Merged, "f1")); !os.IsNotExist(err) {
+			t.Errorf("f1 after unlink in B: got %v, want ENOENT", err)
+		}
+		if data, err := os.ReadFile(filepath.Join(a.Upper, "d", "new")); err != nil || string(data) != "b" {
+			t.Errorf("d/new in upper after create in B: %q, %v", data, err)
+		}
+		if fi, err := os.Stat(filepath.Join(a.Upper, "e")); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("e in upper after chmod in B: %v, %v", fi, err)
+		}
+
+		// C works on the same dirs as well.
+		if err := os.Remove(filepath.Join(c.Merged, "f2")); err != nil {
+			t.Errorf("unlink of a lower file in C: %v", err)
+		}
+		if err := os.Mkdir(filepath.Join(c.Merged, "g", "from-c"), 0o755); err != nil {
+			t.Errorf("mkdir in a lower dir (directory copy-up) in C: %v", err)
+		}
+	})
+}
