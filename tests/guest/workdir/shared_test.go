@@ -179,3 +179,57 @@ func TestSharedWorkdirHandover(t *testing.T) {
 		}
 	})
 }
+
+// A volatile overlay works and syncfs on it succeeds; it leaves
+// work/work/incompat/volatile behind, and the next mount of the same
+// upper/work dirs fails with EINVAL until that directory is removed.
+func TestVolatileMountWorks(t *testing.T) {
+	guesttest.Keeps(t, "volatile mount, syncfs, and the EINVAL of the next mount until work/incompat is removed")
+	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
+		l, _ := sharedLayers(t, fs)
+		l.Mount(t, "index=off", "volatile")
+		writeFile(t, filepath.Join(l.Merged, "new"), "volatile")
+		if err := os.Remove(filepath.Join(l.Merged, "f1")); err != nil {
+			t.Errorf("unlink in the volatile mount: %v", err)
+		}
+		if err := os.Mkdir(filepath.Join(l.Merged, "d", "x"), 0o755); err != nil {
+			t.Errorf("directory copy-up in the volatile mount: %v", err)
+		}
+		f, err := os.Open(l.Merged)
+		if err != nil {
+			t.Fatalf("open the volatile mount: %v", err)
+		}
+		err = unix.Syncfs(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			t.Errorf("syncfs on the volatile mount: %v", err)
+		}
+		l.Unmount(t)
+
+		incompat := filepath.Join(l.Work, "work", "incompat")
+		if _, err := os.Stat(filepath.Join(incompat, "volatile")); err != nil {
+			t.Errorf("volatile marker after unmount: %v", err)
+		}
+		kmsg := guesttest.OpenKmsg(t)
+		err = l.TryMount(t, "index=off")
+		if errnoOf(err) != unix.EINVAL {
+			t.Fatalf("plain mount after a volatile one: got %v, want EINVAL", err)
+		}
+		kmsg.Expect(t, "incompat feature 'volatile'")
+
+		if err := os.RemoveAll(incompat); err != nil {
+			t.Fatalf("remove work/work/incompat: %v", err)
+		}
+		l.Mount(t, "index=off")
+		if b, err := os.ReadFile(filepath.Join(l.Merged, "new")); err != nil || string(b) != "volatile" {
+			t.Errorf("file written in the volatile mount: %q, %v", b, err)
+		}
+		for _, name := range []string{"f1", "d/x"} {
+			want := name == "d/x"
+			_, err := os.Lstat(filepath.Join(l.Merged, name))
+			if got := err == nil; got != want {
+				t.Errorf("%s after the volatile mount: exists=%v (%v), want %v", name, got, err, want)
+			}
+		}
+	})
+}
