@@ -50,18 +50,18 @@ func dirTimes(t *testing.T, dir string) [2]unix.Timespec {
 	return [2]unix.Timespec{st.Mtim, st.Ctim}
 }
 
-// An upper filesystem without free inodes at mount time: the feature probes
-// cannot create their test objects. The mount must still succeed, stay
-// writable and keep O_TMPFILE copy-up.
-func TestFullUpperInodesAtMount(t *testing.T) {
-	guesttest.Proves(t, subjectFullUpper)
+// fullUpperWithWorkdir makes layers on a small tmpfs, mounts and unmounts
+// them once so that work/work exists, then uses up every free inode. A
+// mount then only re-creates work/work in the inode its cleanup frees,
+// and every feature probe that needs a new inode gets ENOSPC. It returns
+// the layers and the filler files.
+func fullUpperWithWorkdir(t *testing.T) (guesttest.Layers, []string) {
+	t.Helper()
 	base := guesttest.FS{Name: "tmpfs"}.Scratch(t, "size=16m,nr_inodes=64")
 	l := guesttest.NewLayers(t, base, 1)
 	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
 	mkdir(t, filepath.Join(l.Lower[0], "d"))
 
-	// A first mount creates work/work; the mount under test then only
-	// re-creates it in the inode its cleanup frees.
 	l.Mount(t)
 	l.Unmount(t)
 
@@ -69,15 +69,33 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 	if len(filler) < 4 {
 		t.Fatalf("only %d filler files fit; the test needs a few to free later", len(filler))
 	}
+	return l, filler
+}
+
+// An upper filesystem without free inodes at mount time: the feature probes
+// cannot create their test objects. The mount must still succeed and stay
+// writable. The RENAME_WHITEOUT probe's ENOSPC counts as "not supported"
+// (a warning); the O_TMPFILE and xattr probes' ENOSPC leave tmpfile
+// copy-up and the xattr features on.
+func TestFullUpperInodesAtMount(t *testing.T) {
+	guesttest.Proves(t, subjectFullUpper)
+	l, filler := fullUpperWithWorkdir(t)
 
 	kmsg := guesttest.OpenKmsg(t)
 	if err := l.TryMount(t); err != nil {
 		t.Fatalf("mount with no free inode on the upper fs: %v", err)
 	}
+	sawWhiteout := false
 	for _, line := range kmsg.Lines(t) {
-		if strings.Contains(line, "does not support") {
-			t.Errorf("feature reported unsupported because the upper fs was full: %q", line)
+		if strings.Contains(line, "RENAME_WHITEOUT") {
+			sawWhiteout = true
 		}
+		if strings.Contains(line, "does not support tmpfile") || strings.Contains(line, "failed to set xattr") {
+			t.Errorf("tmpfile or xattr turned off because the upper fs was full: %q", line)
+		}
+	}
+	if !sawWhiteout {
+		t.Errorf("no warning about the RENAME_WHITEOUT probe on a full upper fs")
 	}
 	opts := mountOptions(t, l.Merged)
 	if hasOption(opts, "ro") {
@@ -134,5 +152,76 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 	}
 	if after := dirTimes(t, workWork); after == before {
 		t.Errorf("directory copy-up through the work dir left the work/work times unchanged (%v)", before)
+	}
+}
+
+// With strict_upper, a full upper at mount time fails the mount with
+// EINVAL: the RENAME_WHITEOUT probe's ENOSPC counts as a missing feature,
+// while the O_TMPFILE probe's does not.
+func TestFullUpperInodesAtMountStrict(t *testing.T) {
+	guesttest.Proves(t, subjectFullUpper)
+	l, _ := fullUpperWithWorkdir(t)
+
+	kmsg := guesttest.OpenKmsg(t)
+	err := l.TryMount(t, "strict_upper")
+	if errnoOf(err) != unix.EINVAL {
+		t.Fatalf("strict_upper mount with no free inode on the upper fs: got %v, want EINVAL", err)
+	}
+	msg := kmsg.Expect(t, missingFeaturesMsg)
+	if !strings.Contains(msg, "RENAME_WHITEOUT") {
+		t.Errorf("kernel message %q does not name RENAME_WHITEOUT", msg)
+	}
+	if strings.Contains(msg, "O_TMPFILE") {
+		t.Errorf("kernel message %q names O_TMPFILE, whose probe only ran out of inodes", msg)
+	}
+}
+
+// fullUpperWithoutWorkdir makes layers on a small tmpfs whose inodes are
+// used up before any mount, so that work/work cannot be created.
+func fullUpperWithoutWorkdir(t *testing.T) guesttest.Layers {
+	t.Helper()
+	base := guesttest.FS{Name: "tmpfs"}.Scratch(t, "size=16m,nr_inodes=64")
+	l := guesttest.NewLayers(t, base, 1)
+	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
+	fillInodes(t, filepath.Join(base, "filler"))
+	if _, err := os.Stat(filepath.Join(l.Work, "work")); !os.IsNotExist(err) {
+		t.Fatalf("work/work before the first mount: got %v, want ENOENT", err)
+	}
+	return l
+}
+
+// A full upper where work/work does not exist yet: mkdir fails with ENOSPC
+// and a plain mount comes up read-only, as it always has.
+func TestFullUpperNoWorkdir(t *testing.T) {
+	guesttest.Keeps(t, "a full upper without a work dir mounts read-only")
+	l := fullUpperWithoutWorkdir(t)
+
+	kmsg := guesttest.OpenKmsg(t)
+	l.Mount(t)
+	msg := kmsg.Expect(t, "failed to create directory")
+	if !strings.Contains(msg, "mounting read-only") || !strings.Contains(msg, fmt.Sprint(int(unix.ENOSPC))) {
+		t.Errorf("kernel message %q does not report ENOSPC and read-only", msg)
+	}
+	if !hasOption(mountOptions(t, l.Merged), "ro") {
+		t.Errorf("mount without a work dir is not read-only: %v", mountOptions(t, l.Merged))
+	}
+	if b, err := os.ReadFile(filepath.Join(l.Merged, "f")); err != nil || string(b) != "lower data" {
+		t.Errorf("read lower file: %q, %v", b, err)
+	}
+}
+
+// With strict_upper the same mount fails with the error of mkdir, ENOSPC,
+// instead of coming up read-only.
+func TestFullUpperNoWorkdirStrict(t *testing.T) {
+	guesttest.Proves(t, subjectFullUpper)
+	l := fullUpperWithoutWorkdir(t)
+
+	kmsg := guesttest.OpenKmsg(t)
+	err := l.TryMount(t, "strict_upper")
+	if errnoOf(err) != unix.ENOSPC {
+		t.Fatalf("strict_upper mount on a full upper without a work dir: got %v, want ENOSPC", err)
+	}
+	if msg := kmsg.Expect(t, "failed to create directory"); strings.Contains(msg, "read-only") {
+		t.Errorf("strict_upper mount still talks of read-only: %q", msg)
 	}
 }
