@@ -46,8 +46,24 @@ type Test struct {
 	Elapsed float64
 	Output  string
 	Proves  []string // patch subjects declared with guesttest.Proves
-	Leaf    bool     // has no subtests
+	Keeps   []string // behaviour declared kept with guesttest.Keeps
+	// Kind is what the nearest declaration, on the test or an enclosing
+	// test, makes of it; set by judge.
+	Kind Kind
+	Leaf bool // has no subtests
 }
+
+// Kind tells a proof test and a keeps test from a plain one.
+type Kind string
+
+const (
+	Plain Kind = ""
+	// Proof tests (guesttest.Proves) fail on the stock kernel and pass
+	// on the patched one.
+	Proof Kind = "proves"
+	// Kept tests (guesttest.Keeps) pass on both kernels.
+	Kept Kind = "keeps"
+)
 
 // FS returns the filesystem a test ran on, from its name, or "-".
 func (t *Test) FS() string {
@@ -60,7 +76,11 @@ func (t *Test) FS() string {
 	return "-"
 }
 
-const proofMarker = "ovlkit-proves: "
+// The markers guesttest.Proves and guesttest.Keeps log.
+const (
+	proofMarker = "ovlkit-proves: "
+	keepsMarker = "ovlkit-keeps: "
+)
 
 // toEvents converts one binary's raw -test.v=test2json output to events
 // with the toolchain's own converter.
@@ -113,6 +133,10 @@ func collectTests(evs []Event) []*Test {
 				subj := strings.TrimSpace(e.Output[i+len(proofMarker):])
 				t.Proves = append(t.Proves, subj)
 			}
+			if i := strings.Index(e.Output, keepsMarker); i >= 0 {
+				what := strings.TrimSpace(e.Output[i+len(keepsMarker):])
+				t.Keeps = append(t.Keeps, what)
+			}
 		case "pass", "fail", "skip":
 			t.Action = e.Action
 			t.Elapsed = e.Elapsed
@@ -128,11 +152,14 @@ func collectTests(evs []Event) []*Test {
 	return order
 }
 
-// judge sets each test's Status. On the stock kernel a failing test is
-// expected when it, or an enclosing test, declared a proof, or when all its
-// failing subtests are expected; a test that declared a proof itself and
-// passes is an unexpected pass.
-func judge(tests []*Test, stock bool) {
+// judge sets each test's Kind and Status and returns the contradictions it
+// found among the declarations. A test's kind comes from the nearest
+// declaration on it or an enclosing test; a test that declares both Proves
+// and Keeps counts as a keeps test. On the stock kernel a failing test is
+// expected when it is a proof test, or when all its failing subtests are
+// expected, and never when it is a keeps test; a test that declared a proof
+// itself and passes is an unexpected pass.
+func judge(tests []*Test, stock bool) []string {
 	byName := map[string]*Test{}
 	children := map[string][]*Test{}
 	for _, t := range tests {
@@ -142,23 +169,54 @@ func judge(tests []*Test, stock bool) {
 			children[k] = append(children[k], t)
 		}
 	}
-	marked := func(t *Test) bool {
+	// declaring returns the nearest enclosing test (not t itself) with a
+	// declaration, or nil.
+	declaring := func(t *Test) *Test {
 		name := t.Name
 		for {
-			if p := byName[t.Package+"\x00"+name]; p != nil && len(p.Proves) > 0 {
-				return true
-			}
 			i := strings.LastIndex(name, "/")
 			if i < 0 {
-				return false
+				return nil
 			}
 			name = name[:i]
+			if p := byName[t.Package+"\x00"+name]; p != nil && (len(p.Proves) > 0 || len(p.Keeps) > 0) {
+				return p
+			}
+		}
+	}
+	var problems []string
+	for _, t := range tests {
+		switch {
+		case len(t.Keeps) > 0:
+			t.Kind = Kept
+		case len(t.Proves) > 0:
+			t.Kind = Proof
+		}
+		if len(t.Keeps) > 0 && len(t.Proves) > 0 {
+			problems = append(problems, fmt.Sprintf(
+				"%s %s declares both that it proves %q and that it keeps %q: a test cannot fail and pass on the stock kernel",
+				suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), strings.Join(t.Keeps, "; ")))
+		}
+		p := declaring(t)
+		if p == nil {
+			continue
+		}
+		if t.Kind == Plain {
+			t.Kind = Kept
+			if len(p.Keeps) == 0 {
+				t.Kind = Proof
+			}
+		}
+		if len(t.Proves) > 0 && len(p.Keeps) > 0 {
+			problems = append(problems, fmt.Sprintf(
+				"%s %s proves %q inside %s, which keeps %q: the enclosing test would have to fail on the stock kernel",
+				suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), p.Name, strings.Join(p.Keeps, "; ")))
 		}
 	}
 	var excused func(t *Test) bool
 	excused = func(t *Test) bool {
-		if marked(t) {
-			return true
+		if t.Kind == Kept {
+			return false
 		}
 		failing := 0
 		for _, c := range children[t.Package+"\x00"+t.Name] {
@@ -166,11 +224,13 @@ func judge(tests []*Test, stock bool) {
 				continue
 			}
 			failing++
+			// A failing keeps subtest is a regression even inside a
+			// proof, so it must not excuse the proof either.
 			if !excused(c) {
 				return false
 			}
 		}
-		return failing > 0
+		return t.Kind == Proof || failing > 0
 	}
 	for _, t := range tests {
 		switch {
@@ -191,6 +251,7 @@ func judge(tests []*Test, stock bool) {
 			t.Status = Pass
 		}
 	}
+	return problems
 }
 
 func isBenchmark(name string) bool {
@@ -284,7 +345,7 @@ func ReadEvents(r io.Reader) ([]Event, error) {
 func ResultFromEvents(label string, evs []Event) *Result {
 	r := &Result{Label: label, Events: evs, Uname: "host"}
 	r.Tests = collectTests(evs)
-	judge(r.Tests, false)
+	r.Problems = append(r.Problems, judge(r.Tests, false)...)
 	for _, e := range evs {
 		// A package that fails to build or panics outside a test has
 		// only a package-level fail event.
@@ -293,4 +354,63 @@ func ResultFromEvents(label string, evs []Event) *Result {
 		}
 	}
 	return r
+}
+
+// CompareRuns checks two runs of the same suites on different kernels (the
+// patched and the stock one): every proof and keeps leaf test that ran on
+// one kernel must have run on the other too, or the pair shows nothing
+// about it. A test the other run skipped, or never started, is a problem
+// of that run, one per package listing the tests. A test whose enclosing
+// test failed there before starting it is not: that failure is judged on
+// its own.
+func CompareRuns(a, b *Result) {
+	b.Problems = append(b.Problems, missingFrom(a, b)...)
+	a.Problems = append(a.Problems, missingFrom(b, a)...)
+}
+
+// missingFrom lists the proof and keeps leaf tests that ran in from but not
+// in other, grouped by package.
+func missingFrom(from, other *Result) []string {
+	there := map[string]*Test{}
+	for _, t := range other.Tests {
+		there[t.Package+"\x00"+t.Name] = t
+	}
+	covered := func(t *Test) bool {
+		if o := there[t.Package+"\x00"+t.Name]; o != nil {
+			return o.Status != Skip
+		}
+		name := t.Name
+		for {
+			i := strings.LastIndex(name, "/")
+			if i < 0 {
+				return false
+			}
+			name = name[:i]
+			if o := there[t.Package+"\x00"+name]; o != nil {
+				return o.Leaf && (o.Status == Fail || o.Status == ExpectedFail)
+			}
+		}
+	}
+	var pkgs []string
+	byPkg := map[string][]string{}
+	for _, t := range from.Tests {
+		if !t.Leaf || t.Kind == Plain || t.Status == Skip || covered(t) {
+			continue
+		}
+		why := "did not run"
+		if o := there[t.Package+"\x00"+t.Name]; o != nil {
+			why = "skipped"
+		}
+		if _, ok := byPkg[t.Package]; !ok {
+			pkgs = append(pkgs, t.Package)
+		}
+		byPkg[t.Package] = append(byPkg[t.Package], fmt.Sprintf("%s test %s: %s", t.Kind, t.Name, why))
+	}
+	var problems []string
+	for _, pkg := range pkgs {
+		lines := byPkg[pkg]
+		problems = append(problems, fmt.Sprintf("%s: proof or keeps tests that ran on %s did not run on %s, so the two kernels are not compared on them:\n    %s",
+			suiteName(pkg), from.Label, other.Label, strings.Join(lines, "\n    ")))
+	}
+	return problems
 }

@@ -250,7 +250,7 @@ func (r *Result) judge(c Config, resultsPath string, console []string) error {
 		r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
 	}
 	r.Tests = collectTests(r.Events)
-	judge(r.Tests, c.Stock)
+	r.Problems = append(r.Problems, judge(r.Tests, c.Stock)...)
 	if len(r.Tests) == 0 && len(c.Packages) > 0 && len(r.Problems) == 0 {
 		r.Problems = append(r.Problems, "no test ran (does the -run pattern match anything?)")
 	}

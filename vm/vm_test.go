@@ -127,6 +127,198 @@ func TestJudgeProofs(t *testing.T) {
 	}
 }
 
+func TestCollectMarkersAndInheritance(t *testing.T) {
+	tests := collectTests(events("m/tests/guest/x",
+		"output TestKeep     keep_test.go:12: "+keepsMarker+"rename of a lower dir is EXDEV\n",
+		"pass TestKeep/tmpfs",
+		"pass TestKeep/ext4",
+		"pass TestKeep",
+		"output TestMixed/strict     mixed_test.go:30: "+proofMarker+"ovl: fix it\n",
+		"pass TestMixed/strict",
+		"output TestMixed/default     mixed_test.go:40: "+keepsMarker+"default mount unchanged\n",
+		"pass TestMixed/default/xfs",
+		"pass TestMixed/default",
+		"pass TestMixed",
+		"pass TestPlain",
+	))
+	if problems := judge(tests, false); len(problems) != 0 {
+		t.Errorf("problems %q", problems)
+	}
+	byName := map[string]*Test{}
+	for _, tt := range tests {
+		byName[tt.Name] = tt
+	}
+	if k := byName["TestKeep"].Keeps; len(k) != 1 || k[0] != "rename of a lower dir is EXDEV" {
+		t.Errorf("TestKeep keeps %q", k)
+	}
+	if p := byName["TestMixed/strict"].Proves; len(p) != 1 || p[0] != "ovl: fix it" {
+		t.Errorf("TestMixed/strict proves %q", p)
+	}
+	for name, want := range map[string]Kind{
+		"TestKeep": Kept, "TestKeep/tmpfs": Kept, "TestKeep/ext4": Kept,
+		"TestMixed": Plain, "TestMixed/strict": Proof,
+		"TestMixed/default": Kept, "TestMixed/default/xfs": Kept,
+		"TestPlain": Plain,
+	} {
+		if got := byName[name].Kind; got != want {
+			t.Errorf("%s: kind %q, want %q", name, got, want)
+		}
+	}
+	if len(byName["TestKeep/ext4"].Keeps) != 0 {
+		t.Error("a subtest records its parent's declaration as its own")
+	}
+}
+
+func TestJudgeKeeps(t *testing.T) {
+	evs := events("m/tests/guest/x",
+		"output TestKeep "+keepsMarker+"stock behaviour\n",
+		"fail TestKeep/tmpfs",
+		"pass TestKeep/ext4",
+		"fail TestKeep",
+		// A keeps subtest inside a proof: the proof's own failure is
+		// expected on stock, the keeps subtest's is not, and neither is
+		// the proof's, which the keeps failure is part of.
+		"output TestProof "+proofMarker+"ovl: fix it\n",
+		"fail TestProof/new",
+		"output TestProof/old "+keepsMarker+"old behaviour\n",
+		"fail TestProof/old",
+		"fail TestProof",
+		"output TestProofOK "+proofMarker+"ovl: fix it\n",
+		"fail TestProofOK/new",
+		"output TestProofOK/old "+keepsMarker+"old behaviour\n",
+		"pass TestProofOK/old",
+		"fail TestProofOK",
+		"output TestKeepPasses "+keepsMarker+"stock behaviour\n",
+		"pass TestKeepPasses",
+	)
+	for _, stock := range []bool{true, false} {
+		tests := collectTests(evs)
+		if problems := judge(tests, stock); len(problems) != 0 {
+			t.Errorf("stock=%v: problems %q", stock, problems)
+		}
+		got := map[string]Status{}
+		for _, tt := range tests {
+			got[tt.Name] = tt.Status
+		}
+		want := map[string]Status{
+			"TestKeep/tmpfs": Fail, "TestKeep/ext4": Pass, "TestKeep": Fail,
+			"TestProof/new": Fail, "TestProof/old": Fail, "TestProof": Fail,
+			"TestProofOK/new": Fail, "TestProofOK/old": Pass, "TestProofOK": Fail,
+			"TestKeepPasses": Pass,
+		}
+		if stock {
+			want["TestProof/new"] = ExpectedFail
+			want["TestProofOK/new"] = ExpectedFail
+			want["TestProofOK"] = ExpectedFail
+		}
+		for name, w := range want {
+			if got[name] != w {
+				t.Errorf("stock=%v %s: %s, want %s", stock, name, got[name], w)
+			}
+		}
+		if (&Result{Tests: tests}).OK() {
+			t.Errorf("stock=%v: a run with failing keeps tests is OK", stock)
+		}
+	}
+}
+
+func TestJudgeContradictoryDeclarations(t *testing.T) {
+	tests := collectTests(events("m/tests/guest/x",
+		"output TestBoth "+proofMarker+"ovl: fix it\n",
+		"output TestBoth "+keepsMarker+"stock behaviour\n",
+		"fail TestBoth",
+		"output TestOuter "+keepsMarker+"stock behaviour\n",
+		"output TestOuter/inner "+proofMarker+"ovl: fix it\n",
+		"fail TestOuter/inner",
+		"fail TestOuter",
+		"output TestFine "+proofMarker+"ovl: fix it\n",
+		"fail TestFine",
+	))
+	problems := judge(tests, true)
+	if len(problems) != 2 ||
+		!strings.Contains(problems[0], "TestBoth") || !strings.Contains(problems[0], "both") ||
+		!strings.Contains(problems[1], "TestOuter/inner") || !strings.Contains(problems[1], "inside TestOuter") {
+		t.Fatalf("problems %q", problems)
+	}
+	for _, tt := range tests {
+		// TestBoth counts as a keeps test, so its failure on stock is
+		// not excused; TestOuter keeps, so the failing proof inside it
+		// makes it fail.
+		want := map[string]Status{"TestBoth": Fail, "TestOuter": Fail, "TestOuter/inner": ExpectedFail, "TestFine": ExpectedFail}[tt.Name]
+		if tt.Status != want {
+			t.Errorf("%s: %s, want %s", tt.Name, tt.Status, want)
+		}
+	}
+	r := ResultFromEvents("host", events("m/x", "output TestBoth "+proofMarker+"s\n", "output TestBoth "+keepsMarker+"k\n", "pass TestBoth"))
+	if r.OK() || len(r.Problems) != 1 {
+		t.Errorf("ResultFromEvents drops the declaration problem: %q", r.Problems)
+	}
+}
+
+func judged(label string, stock bool, evs []Event) *Result {
+	r := &Result{Label: label, Tests: collectTests(evs)}
+	r.Problems = judge(r.Tests, stock)
+	return r
+}
+
+func TestCompareRuns(t *testing.T) {
+	const pkg = "m/tests/guest/x"
+	patched := judged("patched", false, events(pkg,
+		"output TestKeep "+keepsMarker+"stock behaviour\n",
+		"pass TestKeep/tmpfs",
+		"pass TestKeep/ext4",
+		"pass TestKeep",
+		"output TestProof "+proofMarker+"ovl: fix it\n",
+		"pass TestProof/tmpfs",
+		"pass TestProof/ext4",
+		"pass TestProof",
+		"output TestEarly "+proofMarker+"ovl: fix it\n",
+		"pass TestEarly/tmpfs",
+		"pass TestEarly",
+		"output TestSkipped "+keepsMarker+"stock behaviour\n",
+		"pass TestSkipped",
+		"pass TestPlainOnlyHere",
+	))
+	stock := judged("stock", true, events(pkg,
+		"output TestKeep "+keepsMarker+"stock behaviour\n",
+		"pass TestKeep/tmpfs",
+		"pass TestKeep",
+		"output TestProof "+proofMarker+"ovl: fix it\n",
+		"fail TestProof/tmpfs",
+		"fail TestProof",
+		// Fails before its subtests start: judged on its own.
+		"output TestEarly "+proofMarker+"ovl: fix it\n",
+		"fail TestEarly",
+		"output TestSkipped "+keepsMarker+"stock behaviour\n",
+		"skip TestSkipped",
+		"output TestOnlyStock "+keepsMarker+"stock behaviour\n",
+		"pass TestOnlyStock",
+	))
+	CompareRuns(patched, stock)
+	if len(stock.Problems) != 1 || len(patched.Problems) != 1 {
+		t.Fatalf("problems: stock %q, patched %q", stock.Problems, patched.Problems)
+	}
+	s := stock.Problems[0]
+	for _, want := range []string{"x: ", "ran on patched did not run on stock", "keeps test TestKeep/ext4: did not run",
+		"proves test TestProof/ext4: did not run", "keeps test TestSkipped: skipped"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("stock problem lacks %q:\n%s", want, s)
+		}
+	}
+	for _, unwanted := range []string{"TestEarly", "TestPlainOnlyHere", "TestKeep/tmpfs"} {
+		if strings.Contains(s, unwanted) {
+			t.Errorf("stock problem names %s:\n%s", unwanted, s)
+		}
+	}
+	if p := patched.Problems[0]; !strings.Contains(p, "ran on stock did not run on patched") ||
+		!strings.Contains(p, "keeps test TestOnlyStock: did not run") || strings.Count(p, "\n") != 1 {
+		t.Errorf("patched problem:\n%s", p)
+	}
+	if stock.OK() || patched.OK() {
+		t.Error("runs that miss each other's tests are OK")
+	}
+}
+
 func TestSummarizeCountsLeavesPerFS(t *testing.T) {
 	evs := events("m/tests/guest/sem",
 		"pass TestA/tmpfs", "pass TestA/ext4", "fail TestA/xfs", "fail TestA", "pass TestB")

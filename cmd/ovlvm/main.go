@@ -3,7 +3,9 @@
 //
 //	ovlvm run      [flags]   one kernel, print the results table
 //	ovlvm test     [flags]   patched and stock kernels side by side; proof
-//	                         tests must fail on stock and pass on patched
+//	                         tests must fail on stock and pass on patched,
+//	                         keeps tests pass on both, and each must run
+//	                         on both
 //	ovlvm selftest [flags]   show that the harness catches a failing guest
 //	                         test and a kernel WARN
 //	ovlvm junit -o FILE      turn go test -json on stdin into a table and
@@ -406,6 +408,9 @@ func cmdTest(ctx context.Context, args []string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	// Each run is judged on its own; only the pair shows whether every
+	// proof and keeps test was actually compared between the kernels.
+	vm.CompareRuns(results[0], results[1])
 	return h.report(results...)
 }
 
