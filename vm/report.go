@@ -11,14 +11,18 @@ import (
 )
 
 // WriteTable prints the summary of one or more runs: kernel, suite,
-// filesystem, counts and time, then every failure with its output.
+// filesystem, counts and time, then every failure with its output. The
+// proves and keeps columns count the passing proof and keeps tests among
+// the passed ones, so a reader sees that the keeps tests pass on both
+// kernels and the proofs pass on the patched one (on the stock kernel the
+// proofs are the expected failures).
 func WriteTable(w io.Writer, results ...*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "kernel\tsuite\tfs\tpassed\tfailed\texpected-fail\tskipped\ttime\t")
+	fmt.Fprintln(tw, "kernel\tsuite\tfs\tpassed\tfailed\tproves\tkeeps\texpected-fail\tskipped\ttime\t")
 	for _, r := range results {
 		for _, row := range Summarize(r.Tests) {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%.1fs\t\n", r.Label, row.Suite, row.FS,
-				row.Passed, row.Failed, row.Expected, row.Skips, row.Seconds)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", r.Label, row.Suite, row.FS,
+				row.Passed, row.Failed, row.Proves, row.Keeps, row.Expected, row.Skips, row.Seconds)
 		}
 	}
 	tw.Flush()
@@ -29,7 +33,11 @@ func WriteTable(w io.Writer, results ...*Result) {
 			}
 			switch t.Status {
 			case Fail:
-				fmt.Fprintf(w, "\nFAIL [%s] %s %s\n%s", r.Label, suiteName(t.Package), t.Name, indent(t.Output))
+				kind := ""
+				if t.Kind == Kept {
+					kind = " (a keeps test: it must pass on every kernel)"
+				}
+				fmt.Fprintf(w, "\nFAIL [%s] %s %s%s\n%s", r.Label, suiteName(t.Package), t.Name, kind, indent(t.Output))
 			case UnexpectedPass:
 				fmt.Fprintf(w, "\nFAIL [%s] %s %s: proves %q but passes on the stock kernel\n",
 					r.Label, suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "))
@@ -110,7 +118,9 @@ type junitFailure struct {
 }
 
 // JUnit builds a JUnit report: one suite per kernel and package, one case
-// per leaf test, and a "harness" case per run-level problem.
+// per leaf test, and a "harness" case per run-level problem. The classname
+// of a proof or keeps test ends in ".proves" or ".keeps", so a CI can tell
+// the kinds apart in any JUnit schema.
 func JUnit(results ...*Result) ([]byte, error) {
 	var doc junitSuites
 	for _, r := range results {
@@ -131,6 +141,9 @@ func JUnit(results ...*Result) ([]byte, error) {
 			}
 			s := suite(r.Label + "/" + suiteName(t.Package))
 			c := junitCase{Name: t.Name, Classname: s.Name, Time: t.Elapsed}
+			if t.Kind != Plain {
+				c.Classname += "." + string(t.Kind)
+			}
 			switch t.Status {
 			case Fail:
 				c.Failure = &junitFailure{Message: "test failed", Body: t.Output}

@@ -258,10 +258,12 @@ func isBenchmark(name string) bool {
 	return strings.HasPrefix(name, "Benchmark")
 }
 
-// Summary row: one suite on one filesystem.
+// Summary row: one suite on one filesystem. Proves and Keeps count the
+// passing proof and keeps tests, which Passed includes.
 type Row struct {
 	Suite, FS                       string
 	Passed, Failed, Expected, Skips int
+	Proves, Keeps                   int
 	Seconds                         float64
 }
 
@@ -281,6 +283,12 @@ func Summarize(tests []*Test) []Row {
 		switch t.Status {
 		case Pass:
 			r.Passed++
+			switch t.Kind {
+			case Proof:
+				r.Proves++
+			case Kept:
+				r.Keeps++
+			}
 		case ExpectedFail:
 			r.Expected++
 		case Skip:

@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
@@ -338,6 +339,97 @@ func TestSummarizeCountsLeavesPerFS(t *testing.T) {
 	res := &Result{Label: "k", Tests: tests}
 	if res.OK() {
 		t.Error("a run with a failing test is OK")
+	}
+}
+
+// kindsRuns is one suite with a keeps, a proof and a plain test, on the
+// patched and the stock kernel.
+func kindsRuns() (patched, stock *Result) {
+	const pkg = "m/tests/guest/x"
+	run := func(label string, isStock bool, proofAction string) *Result {
+		return judged(label, isStock, events(pkg,
+			"output TestKeep "+keepsMarker+"stock behaviour\n",
+			"pass TestKeep/tmpfs",
+			"pass TestKeep/ext4",
+			"pass TestKeep",
+			"output TestProof "+proofMarker+"ovl: fix it\n",
+			proofAction+" TestProof/tmpfs",
+			proofAction+" TestProof",
+			"pass TestPlain/tmpfs",
+			"skip TestPlain/ext4",
+			"pass TestPlain",
+		))
+	}
+	return run("patched", false, "pass"), run("stock", true, "fail")
+}
+
+func TestWriteTableCountsKinds(t *testing.T) {
+	patched, stock := kindsRuns()
+	var b strings.Builder
+	WriteTable(&b, patched, stock)
+	table, _, _ := strings.Cut(b.String(), "\n\n")
+	lines := strings.Split(table, "\n")
+	if got, want := strings.Join(strings.Fields(lines[0]), " "),
+		"kernel suite fs passed failed proves keeps expected-fail skipped time"; got != want {
+		t.Fatalf("header %q, want %q", got, want)
+	}
+	rows := map[string]string{}
+	for _, l := range lines[1:] {
+		f := strings.Fields(l)
+		if len(f) != 10 {
+			t.Fatalf("row %q has %d columns, want 10", l, len(f))
+		}
+		rows[f[0]+" "+f[1]+" "+f[2]] = strings.Join(f[3:9], " ")
+	}
+	// passed failed proves keeps expected-fail skipped
+	want := map[string]string{
+		"patched x tmpfs": "3 0 1 1 0 0",
+		"patched x ext4":  "1 0 0 1 0 1",
+		"stock x tmpfs":   "2 0 0 1 1 0",
+		"stock x ext4":    "1 0 0 1 0 1",
+	}
+	if len(rows) != len(want) {
+		t.Errorf("rows %q, want %q", rows, want)
+	}
+	for k, w := range want {
+		if rows[k] != w {
+			t.Errorf("%s: %q, want %q\n%s", k, rows[k], w, table)
+		}
+	}
+	// Columns line up: every row is as wide as the header.
+	for _, l := range lines[1:] {
+		if len(l) != len(lines[0]) {
+			t.Errorf("row %q is not as wide as the header %q", l, lines[0])
+		}
+	}
+}
+
+func TestJUnitTellsKindsApart(t *testing.T) {
+	patched, stock := kindsRuns()
+	b, err := JUnit(patched, stock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc junitSuites
+	if err := xml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("JUnit does not parse: %v\n%s", err, b)
+	}
+	got := map[string]string{}
+	for _, s := range doc.Suites {
+		for _, c := range s.Cases {
+			got[s.Name+" "+c.Name] = c.Classname
+		}
+	}
+	for k, w := range map[string]string{
+		"patched/x TestKeep/tmpfs":  "patched/x.keeps",
+		"patched/x TestProof/tmpfs": "patched/x.proves",
+		"patched/x TestPlain/tmpfs": "patched/x",
+		"stock/x TestKeep/ext4":     "stock/x.keeps",
+		"stock/x TestProof/tmpfs":   "stock/x.proves",
+	} {
+		if got[k] != w {
+			t.Errorf("%s: classname %q, want %q", k, got[k], w)
+		}
 	}
 }
 
