@@ -191,6 +191,8 @@ func judge(tests []*Test, stock bool) []string {
 			t.Kind = Kept
 		case len(t.Proves) > 0:
 			t.Kind = Proof
+		default:
+			t.Kind = Plain
 		}
 		if len(t.Keeps) > 0 && len(t.Proves) > 0 {
 			problems = append(problems, fmt.Sprintf(
