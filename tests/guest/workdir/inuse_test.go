@@ -101,8 +101,15 @@ func TestLowerOnlyOfLiveUpperStrictParam(t *testing.T) {
 	guesttest.Proves(t, subjectStrictUpper)
 	setStrictUpperParam(t, "Y")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
-		for _, extra := range [][]string{{"index=off"}, {"index=off", "strict_upper"}} {
-			t.Run(strings.Join(extra, ","), func(t *testing.T) {
+		for _, c := range []struct {
+			name  string
+			extra []string
+		}{
+			{"param", []string{"index=off"}},
+			{"param+option", []string{"index=off", "strict_upper"}},
+		} {
+			extra := c.extra
+			t.Run(c.name, func(t *testing.T) {
 				a, ro := liveUpperAndLowerOnly(t, fs.Scratch(t, ""))
 				kmsg := guesttest.OpenKmsg(t)
 				if err := ro.TryMount(t, extra...); err != nil {
@@ -154,15 +161,22 @@ func TestSharedDirsIndexOff036(t *testing.T) {
 			if c.sameUpper {
 				shared = "upperdir"
 			}
-			name := fmt.Sprintf("%s-%s", shared, c.index)
+			name := fmt.Sprintf("%s-%s", shared, strings.TrimPrefix(c.index, "index="))
 			m := other(name, c.sameUpper)
 			err := m.TryMount(t, c.index)
 			if errnoOf(err) != c.want || (c.want == 0 && err != nil) {
 				t.Errorf("mount sharing the %s with %s: got %v, want %v", shared, c.index, err, errOrNil(c.want))
 			}
+			if err == nil {
+				if b, err := os.ReadFile(filepath.Join(m.Merged, "f")); err != nil || string(b) != "lower" {
+					t.Errorf("read in the mount sharing the %s with %s: %q, %v", shared, c.index, b, err)
+				}
+			}
 		}
-		if err := os.Remove(filepath.Join(a.Merged, "f")); err != nil {
-			t.Errorf("unlink in the first mount: %v", err)
+		// Only reads: what the first mount stages in its work dir after
+		// another mount joined it is TestSharedWorkdirKeepsFirstMountUsable.
+		if b, err := os.ReadFile(filepath.Join(a.Merged, "f")); err != nil || string(b) != "lower" {
+			t.Errorf("read in the first mount: %q, %v", b, err)
 		}
 	})
 }

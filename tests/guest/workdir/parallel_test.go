@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,11 +20,11 @@ import (
 const (
 	// parallelMounts overlays are mounted at once on one upper/work pair.
 	parallelMounts = 4
-	// parallelIterations bounds the rounds per filesystem: enough to
+	// parallelIterations bounds the iterations per filesystem: enough to
 	// give a narrow window a few chances under TCG, few enough to keep
 	// the test to seconds.
 	parallelIterations = 30
-	// failuresShown is how many failed rounds are reported in full; the
+	// failuresShown is how many failed iterations are reported in full; the
 	// rest are only counted.
 	failuresShown = 3
 )
@@ -66,7 +67,7 @@ func useParallelMount(merged string, i int) []string {
 	return problems
 }
 
-// volatileAlone checks the outcome of a round in which mount vol was
+// volatileAlone checks the outcome of a iteration in which mount vol was
 // volatile. A volatile mount never shares its work dir: either it came up
 // and every other mount was refused with EINVAL (they would have joined
 // it), or it was refused with EINVAL (the work dir was in use) and the
@@ -97,11 +98,11 @@ func volatileAlone(errs []error, vol int) []string {
 	return problems
 }
 
-// resetParallelRound empties the upper dir and removes the volatile
-// marker a volatile round may have left, so that the next round starts
+// resetParallelIteration empties the upper dir and removes the volatile
+// marker a volatile iteration may have left, so that the next iteration starts
 // from the same lower files, while work/work itself stays for the next
-// round's first mount to clean.
-func resetParallelRound(t *testing.T, l guesttest.Layers) {
+// iteration's first mount to clean.
+func resetParallelIteration(t *testing.T, l guesttest.Layers) {
 	t.Helper()
 	entries, err := os.ReadDir(l.Upper)
 	if err != nil {
@@ -117,11 +118,39 @@ func resetParallelRound(t *testing.T, l guesttest.Layers) {
 	}
 }
 
+// shareInTurn mounts an overlay on each target in turn on l's upper and
+// work dirs, uses each (the first after the last one came up), unmounts
+// them and resets l for the next mounts. It returns what failed.
+func shareInTurn(t *testing.T, l guesttest.Layers, targets []string) []string {
+	t.Helper()
+	var problems []string
+	var up []string
+	for i, target := range targets {
+		if err := unix.Mount("overlay", target, "overlay", 0, l.Options("index=off")); err != nil {
+			problems = append(problems, fmt.Sprintf("mount %d: %v", i, err))
+			continue
+		}
+		up = append(up, target)
+	}
+	for i, target := range targets {
+		if slices.Contains(up, target) {
+			problems = append(problems, useParallelMount(target, i)...)
+		}
+	}
+	for _, target := range up {
+		if err := unix.Unmount(target, 0); err != nil {
+			t.Fatalf("unmount %s: %v", target, err)
+		}
+	}
+	resetParallelIteration(t, l)
+	return problems
+}
+
 // Several overlays mounted at the same moment on one upper/work pair
 // (index=off): whichever comes first cleans the work/work left by the
-// previous round, and none of the others may end up with a work dir that
+// previous iteration, and none of the others may end up with a work dir that
 // is deleted under it or that misses a volatile marker. Every second
-// round one of the mounts is volatile.
+// iteration one of the mounts is volatile.
 func TestSharedWorkdirParallelMounts(t *testing.T) {
 	guesttest.Proves(t, subjectSharedWorkdir)
 	// The guest has one vCPU. With as many Ps as mounts, each mount(2)
@@ -142,10 +171,21 @@ func TestSharedWorkdirParallelMounts(t *testing.T) {
 			targets[i] = filepath.Join(base, fmt.Sprintf("merged%d", i))
 			mkdir(t, targets[i])
 		}
-		// A first mount leaves work/work behind, so that in every round
-		// the first mount has an old work dir to clean.
+		// A first mount leaves work/work behind, so that in every
+		// iteration the first mount has an old work dir to clean.
 		l.Mount(t, "index=off")
 		l.Unmount(t)
+
+		// The same sharing one mount after the other comes first. Where
+		// it fails, every mount cleans the shared work dir, and several
+		// cleaning it at once while the others probe in it is more than
+		// this test is about: on 6.1's btrfs it ends in a WARNING in
+		// __btrfs_unlink_inode and a read-only filesystem, which would
+		// fail the tests that follow. So the test fails here instead.
+		if problems := shareInTurn(t, l, targets[:2]); len(problems) > 0 {
+			t.Fatalf("two mounts one after the other on one work dir (concurrent iterations not run):\n\t%s",
+				strings.Join(problems, "\n\t"))
+		}
 
 		failed := 0
 		for it := 0; it < parallelIterations; it++ {
@@ -186,7 +226,7 @@ func TestSharedWorkdirParallelMounts(t *testing.T) {
 					t.Fatalf("iteration %d: unmount mount %d: %v", it, i, err)
 				}
 			}
-			resetParallelRound(t, l)
+			resetParallelIteration(t, l)
 
 			if len(problems) > 0 {
 				failed++
