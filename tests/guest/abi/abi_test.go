@@ -1,0 +1,88 @@
+//go:build ovlkit_guest
+
+// Package abi reads what the series changes in /proc with the parsers real
+// programs use, while overlays are mounted: github.com/prometheus/procfs for
+// /proc/self/mountstats (node_exporter's mountstats collector) and
+// github.com/moby/sys/mountinfo for /proc/self/mountinfo (containerd,
+// Docker, runc). A kernel change that such a reader cannot parse breaks
+// those programs on every host that mounts an overlay, whatever the
+// overlay itself does.
+//
+// util-linux's findmnt, the other common reader, is not in the guest (the
+// initramfs holds u-root's init and the test binaries only), so it is not
+// exercised here; no test carries a parser of its own instead.
+package abi
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
+)
+
+// Subjects of the patches that add the mount options these tests show,
+// exactly as in patches/6.1.
+const (
+	subjectStrictUpper  = "ovl: add strict_upper option to fail instead of degrading"
+	subjectStrictOpaque = "ovl: validate the opaque xattr value"
+	subjectFsync        = "ovl: add fsync=auto|strict|volatile mount option"
+)
+
+// needFS returns the scratch filesystem called name. The harness always
+// attaches ext4, xfs and btrfs, so a missing one is a failure, not a skip.
+func needFS(t testing.TB, name string) guesttest.FS {
+	t.Helper()
+	for _, fs := range guesttest.Filesystems() {
+		if fs.Name == name {
+			return fs
+		}
+	}
+	t.Fatalf("no %s scratch filesystem in this guest", name)
+	return guesttest.FS{}
+}
+
+// writeFile makes a lower file for a test to copy up.
+func writeFile(t testing.TB, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte("lower data\n"), 0o644); err != nil {
+		t.Fatalf("write %s: %v", path, err)
+	}
+}
+
+// copyUp copies name up by opening it for writing through the overlay, so
+// the mount has done what its statistics would count.
+func copyUp(t testing.TB, merged, name string) {
+	t.Helper()
+	p := filepath.Join(merged, name)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatalf("open %s for write: %v", p, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close %s: %v", p, err)
+	}
+}
+
+// overlayEntry returns the mountinfo entry of the overlay mounted at
+// mountPoint, as github.com/moby/sys/mountinfo parses it. The last entry
+// for a mount point is the visible one.
+func overlayEntry(t testing.TB, mountPoint string) *mountinfo.Info {
+	t.Helper()
+	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("overlay"))
+	if err != nil {
+		t.Fatalf("moby/sys/mountinfo GetMounts: %v", err)
+	}
+	var found *mountinfo.Info
+	for _, info := range infos {
+		if info.Mountpoint == mountPoint {
+			found = info
+		}
+	}
+	if found == nil {
+		t.Fatalf("moby/sys/mountinfo lists no overlay mounted on %s (overlays it found: %d)", mountPoint, len(infos))
+	}
+	return found
+}
