@@ -249,3 +249,63 @@ func TestFsyncVolatileAlias(t *testing.T) {
 		t.Errorf("fsync=volatile mount shows %v, want fsync=volatile among them", shown[1])
 	}
 }
+
+// xfsMetacopyRemoval are the xfs events one of which fires when an xattr
+// is removed: in the inode (short form), from a leaf block or from a node
+// tree, depending on how many xattrs the inode has.
+var xfsMetacopyRemoval = []string{"xfs/xfs_attr_sf_remove", "xfs/xfs_attr_leaf_removename", "xfs/xfs_attr_node_removename"}
+
+// TestFsyncStrictMetacopyDataOrder proves on an xfs upper that fsync=strict
+// persists the data of a metacopy file before it removes the
+// trusted.overlay.metacopy xattr, and syncs again after the removal. Removing
+// the xattr first would let a crash persist the removal without the data:
+// the upper file would then claim to be complete and read as holes.
+func TestFsyncStrictMetacopyDataOrder(t *testing.T) {
+	guesttest.Proves(t, subjectFsync)
+	xfs := needFS(t, "xfs")
+	l := splitLayers(t, xfs)
+	lowerTree(t, l.Lower[0])
+	l.Mount(t, "metacopy=on", "fsync=strict")
+	tr := newTrace(t, append([]string{"xfs/xfs_file_fsync"}, xfsMetacopyRemoval...)...)
+
+	// chmod copies m up without data: the upper file carries the
+	// metacopy xattr until the data follows.
+	if err := os.Chmod(filepath.Join(l.Merged, "m"), 0o604); err != nil {
+		t.Fatalf("chmod: %v", err)
+	}
+	upper := filepath.Join(l.Upper, "m")
+	if st := lstat(t, upper); st.Blocks != 0 {
+		t.Fatalf("metadata-only copy up of m has %d blocks, want none", st.Blocks)
+	}
+	if _, err := unix.Lgetxattr(upper, "trusted.overlay.metacopy", nil); err != nil {
+		t.Fatalf("metadata-only copy up of m has no trusted.overlay.metacopy: %v", err)
+	}
+
+	tr.clear(t)
+	openForWrite(t, filepath.Join(l.Merged, "m"))
+	st := lstat(t, upper)
+	var seq []string
+	for _, e := range tr.events(t) {
+		if !e.isInode(st) {
+			continue
+		}
+		switch {
+		case e.Name == "xfs_file_fsync":
+			seq = append(seq, "fsync")
+		case e.Fields["name"] == "overlay.metacopy":
+			seq = append(seq, "remove metacopy")
+		}
+	}
+	removal := firstIndex(seq, "remove metacopy")
+	if removal < 0 {
+		t.Fatalf("data copy up of m: no removal of the metacopy xattr traced, events for the upper inode: %v", seq)
+	}
+	if !slices.Contains(seq[:removal], "fsync") || !slices.Contains(seq[removal+1:], "fsync") {
+		t.Errorf("data copy up of m: events for the upper inode %v, want an fsync before the metacopy xattr is removed and one after", seq)
+	}
+
+	if _, err := unix.Lgetxattr(upper, "trusted.overlay.metacopy", nil); !errors.Is(err, unix.ENODATA) {
+		t.Errorf("trusted.overlay.metacopy after the data copy up: got %v, want ENODATA", err)
+	}
+	sameContent(t, filepath.Join(l.Lower[0], "m"), upper)
+}
