@@ -199,7 +199,7 @@ func TestFullUpperNoWorkdir(t *testing.T) {
 	kmsg := guesttest.OpenKmsg(t)
 	l.Mount(t)
 	msg := kmsg.Expect(t, "failed to create directory")
-	if !strings.Contains(msg, "mounting read-only") || !strings.Contains(msg, fmt.Sprint(int(unix.ENOSPC))) {
+	if !strings.Contains(msg, "mounting read-only") || !strings.Contains(msg, fmt.Sprintf("errno: %d", int(unix.ENOSPC))) {
 		t.Errorf("kernel message %q does not report ENOSPC and read-only", msg)
 	}
 	if !hasOption(mountOptions(t, l.Merged), "ro") {
