@@ -7,7 +7,10 @@
 package opaque
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -165,4 +168,84 @@ func kmsgMatches(t testing.TB, k *guesttest.Kmsg, parts ...string) (match, all [
 // merged returns the path of name inside the overlay.
 func merged(l guesttest.Layers, name ...string) string {
 	return filepath.Join(append([]string{l.Merged}, name...)...)
+}
+
+// dirent is one entry as getdents64 returns it.
+type dirent struct {
+	name string
+	ino  uint64
+	off  int64 // d_off: the position after this entry
+}
+
+// getdents reads entries from fd with a buffer of bufSize bytes, one
+// getdents64 call at a time, until at least stopAfter entries were read
+// (all of them when stopAfter <= 0). A small buffer makes the calls, and
+// so the positions they leave, the same for every open of one directory.
+func getdents(fd, bufSize, stopAfter int) ([]dirent, error) {
+	buf := make([]byte, bufSize)
+	var out []dirent
+	for stopAfter <= 0 || len(out) < stopAfter {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return out, fmt.Errorf("getdents64: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		for b := buf[:n]; len(b) > 0; {
+			// struct linux_dirent64: u64 d_ino, s64 d_off, u16 d_reclen,
+			// u8 d_type, then the NUL-terminated name.
+			if len(b) < 19 {
+				return out, fmt.Errorf("getdents64: short record of %d bytes", len(b))
+			}
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return out, fmt.Errorf("getdents64: bad d_reclen %d", reclen)
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			out = append(out, dirent{
+				name: string(name),
+				ino:  binary.NativeEndian.Uint64(b[0:8]),
+				off:  int64(binary.NativeEndian.Uint64(b[8:16])),
+			})
+			b = b[reclen:]
+		}
+	}
+	return out, nil
+}
+
+// direntNames returns the names of ds in the order read.
+func direntNames(ds []dirent) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.name
+	}
+	return out
+}
+
+// seekResult is what lseek returned: a position or an errno, rendered so
+// that two results compare with == and print readably.
+func seekResult(off int64, err error) string {
+	if err != nil {
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			return "errno " + unix.ErrnoName(errno)
+		}
+		return "error " + err.Error()
+	}
+	return fmt.Sprintf("offset %d", off)
+}
+
+// seekEnd opens dir, seeks to its end and reports the result.
+func seekEnd(t testing.TB, dir string) string {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	defer unix.Close(fd)
+	return seekResult(unix.Seek(fd, 0, unix.SEEK_END))
 }
