@@ -3,6 +3,7 @@
 package opaque
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -171,5 +172,56 @@ func TestMergeDirWhiteoutsHideLower(t *testing.T) {
 			t.Fatalf("rmdir emptied merge dir: %v", err)
 		}
 		expectENOENT(t, merged(l, "d"))
+	})
+}
+
+// Regression: an empty opaque directory, empty from the start or emptied
+// through the overlay, is removed by rmdir, leaving a whiteout only when a
+// lower layer has the directory; an opaque directory holding a real entry
+// still fails with ENOTEMPTY.
+func TestOpaqueDirRmdirEmpty(t *testing.T) {
+	guesttest.Keeps(t, "rmdir of an empty opaque dir works and of a non-empty one fails with ENOTEMPTY")
+	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
+		lowerCases(t, func(t *testing.T, withLower bool) {
+			l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
+			writeFile(t, filepath.Join(l.Lower[0], "top"), "lower top\n")
+			for _, d := range []string{"empty", "emptied", "full"} {
+				if withLower {
+					mkdir(t, filepath.Join(l.Lower[0], d))
+					writeFile(t, filepath.Join(l.Lower[0], d, "secret"), "hidden by opaque\n")
+				}
+				mkdir(t, filepath.Join(l.Upper, d))
+				setXattr(t, filepath.Join(l.Upper, d), ns.opaque(), "y")
+			}
+			writeFile(t, filepath.Join(l.Upper, "emptied", "f1"), "upper\n")
+			writeFile(t, filepath.Join(l.Upper, "emptied", "f2"), "upper\n")
+			writeFile(t, filepath.Join(l.Upper, "full", "keep"), "upper\n")
+			l.Mount(t, ns.mount...)
+
+			for _, f := range []string{"f1", "f2"} {
+				if err := os.Remove(merged(l, "emptied", f)); err != nil {
+					t.Fatalf("unlink emptied/%s: %v", f, err)
+				}
+			}
+			for _, d := range []string{"empty", "emptied"} {
+				if err := unix.Rmdir(merged(l, d)); err != nil {
+					t.Errorf("rmdir of the empty opaque dir %s: %v", d, err)
+					continue
+				}
+				expectENOENT(t, merged(l, d))
+				if withLower {
+					if !isWhiteout(t, filepath.Join(l.Upper, d)) {
+						t.Errorf("upper/%s is not a whiteout after rmdir of a dir that lower0 has", d)
+					}
+				} else {
+					expectENOENT(t, filepath.Join(l.Upper, d))
+				}
+			}
+			if err := unix.Rmdir(merged(l, "full")); !errors.Is(err, unix.ENOTEMPTY) {
+				t.Errorf("rmdir of an opaque dir holding a file: %v, want ENOTEMPTY", err)
+			}
+			expectNames(t, merged(l, "full"), "keep")
+			expectNames(t, l.Merged, "full", "top")
+		})
 	})
 }
