@@ -5,7 +5,9 @@ package opaque
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,7 +55,7 @@ func addValueDir(t *testing.T, l guesttest.Layers, ns xattrNS, where, dir, value
 }
 
 // Every value other than "y" used to mean "not opaque" without a trace,
-// exposing what the layer meant to hide. Without strict_upper the lookup
+// exposing what the layer meant to hide. Without strict_opaque the lookup
 // still merges (as before), but the kernel names the directory.
 func TestOpaqueInvalidValueWarns(t *testing.T) {
 	guesttest.Proves(t, subjectValidate)
@@ -124,7 +126,7 @@ func TestOpaqueXattrWhiteoutsWarnOnce(t *testing.T) {
 	})
 }
 
-// With strict_upper, a directory whose opaque xattr cannot be trusted is
+// With strict_opaque, a directory whose opaque xattr cannot be trusted is
 // an I/O error rather than a guess that might expose hidden files.
 func TestOpaqueInvalidValueStrictEIO(t *testing.T) {
 	guesttest.Proves(t, subjectValidate)
@@ -137,16 +139,16 @@ func TestOpaqueInvalidValueStrictEIO(t *testing.T) {
 		addValueDir(t, l, ns, "upper", "good", "y")
 		addValueDir(t, l, ns, "upper", "plain", "")
 		k := guesttest.OpenKmsg(t)
-		l.Mount(t, append([]string{"strict_upper"}, ns.mount...)...)
+		l.Mount(t, append([]string{"strict_opaque"}, ns.mount...)...)
 
 		check := func(t *testing.T, dir, layer string) {
 			var st unix.Stat_t
 			err := unix.Lstat(merged(l, dir), &st)
 			if !errors.Is(err, unix.EIO) {
-				t.Errorf("lstat %s with an invalid opaque xattr under strict_upper: %v, want EIO", dir, err)
+				t.Errorf("lstat %s with an invalid opaque xattr under strict_opaque: %v, want EIO", dir, err)
 			}
 			if _, err := readNames(merged(l, dir)); !errors.Is(err, unix.EIO) {
-				t.Errorf("readdir %s under strict_upper: %v, want EIO", dir, err)
+				t.Errorf("readdir %s under strict_opaque: %v, want EIO", dir, err)
 			}
 			want := []string{"invalid " + ns.opaque(), layer + "/" + dir + " "}
 			if m, all := kmsgMatches(t, k, want...); len(m) == 0 {
@@ -162,6 +164,37 @@ func TestOpaqueInvalidValueStrictEIO(t *testing.T) {
 			expectNames(t, merged(l, "good"), "mine")
 			expectNames(t, merged(l, "plain"), "mine", "secret")
 		})
+	})
+}
+
+// Regression: without strict_opaque an invalid value, on the upper or a
+// middle lower layer, means "not opaque" exactly as on a kernel without
+// the check: the directory and what the lower layer holds stay readable.
+func TestOpaqueInvalidValueStillReadable(t *testing.T) {
+	guesttest.Keeps(t, "an invalid opaque xattr value leaves the dir readable and not opaque")
+	values := append(slices.Clone(badValues), struct{ name, value string }{"x", "x"})
+	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
+		l := valueLayers(t, fs)
+		for i, v := range values {
+			addValueDir(t, l, ns, "upper", fmt.Sprintf("up%d", i), v.value)
+			addValueDir(t, l, ns, "lower0", fmt.Sprintf("mid%d", i), v.value)
+		}
+		l.Mount(t, ns.mount...)
+		for i, v := range values {
+			t.Run(v.name, func(t *testing.T) {
+				for _, dir := range []string{fmt.Sprintf("up%d", i), fmt.Sprintf("mid%d", i)} {
+					var st unix.Stat_t
+					if err := unix.Lstat(merged(l, dir), &st); err != nil {
+						t.Errorf("lstat %s: %v", dir, err)
+						continue
+					}
+					expectNames(t, merged(l, dir), "mine", "secret")
+					if b, err := os.ReadFile(merged(l, dir, "secret")); err != nil || string(b) != "lower\n" {
+						t.Errorf("read %s/secret = %q, %v; want the lower file", dir, b, err)
+					}
+				}
+			})
+		}
 	})
 }
 
