@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,13 +100,16 @@ func (s *Store) Status() (Status, error) {
 	sort.Slice(mounted, func(i, j int) bool { return mounted[i].ID < mounted[j].ID })
 	if s.feat.CopyUpStats {
 		for i := range mounted {
-			ms, ok, err := ovl.MountStatsFor(mounted[i].Path)
+			c, err := ovl.CopyUpStats(mounted[i].Path)
+			// A layer whose mount went away (a crashed holder, or a Put
+			// since the records were read) has no counters to show.
+			if errors.Is(err, ovl.ErrNotOverlay) || errors.Is(err, os.ErrNotExist) {
+				continue
+			}
 			if err != nil {
-				return out, err
+				return out, fmt.Errorf("status of layer %s: %w", mounted[i].ID, err)
 			}
-			if ok {
-				mounted[i].CopyUp = ms.Counters
-			}
+			mounted[i].CopyUp = c
 		}
 	}
 	out.Mounted = mounted

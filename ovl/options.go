@@ -2,7 +2,7 @@
 // options, mounts with the legacy mount(2) data or with the new mount API
 // (fsopen/fsconfig) where the kernel has it, probes what the running kernel
 // and backing filesystem support, names the overlay xattrs and reads the
-// copy-up statistics the ovlkit series reports in /proc/self/mountstats.
+// copy-up statistics the ovlkit series reports in sysfs.
 //
 // Every feature is detected by trying it, never by comparing kernel
 // versions: distributions backport options, and the ovlkit series adds

@@ -162,46 +162,6 @@ func TestXattrNames(t *testing.T) {
 	}
 }
 
-func TestParseMountStats(t *testing.T) {
-	in := `device rootfs mounted on / with fstype rootfs
-device overlay mounted on /mnt/a\040b with fstype overlay copyup: regular=3 dir=2 bytes=4096 enospc=0
-device server:/x mounted on /nfs with fstype nfs statvers=1.1
-	opts:	rw,vers=4.2
-	age:	12
-device overlay mounted on /m with fstype overlay
-device overlay mounted on /s with fstype overlay statvers=1 copyup_reg=2 copyup_dir=1 bytes_copied=10
-`
-	ms, err := ParseMountStats(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ms) != 5 {
-		t.Fatalf("%d entries, want 5", len(ms))
-	}
-	if s := ms[4]; s.StatVers != "1" || len(s.Counters) != 3 || s.Counters["copyup_reg"] != 2 || s.Counters["bytes_copied"] != 10 {
-		t.Errorf("series format entry: %+v", s)
-	}
-	o := ms[1]
-	if o.MountPoint != "/mnt/a b" || o.FSType != "overlay" || !o.HasStats() {
-		t.Fatalf("overlay entry %+v", o)
-	}
-	want := map[string]uint64{"regular": 3, "dir": 2, "bytes": 4096, "enospc": 0}
-	for k, v := range want {
-		if got, ok := o.Counters[k]; !ok || got != v {
-			t.Errorf("counter %s = %d,%v; want %d", k, got, ok, v)
-		}
-	}
-	if n := ms[2]; n.Counters["age"] != 12 || !strings.Contains(n.Raw, "opts:") {
-		t.Errorf("nfs continuation lines: %+v", n)
-	}
-	if ms[3].HasStats() {
-		t.Errorf("stock overlay entry has stats: %q", ms[3].Raw)
-	}
-	if _, err := ParseMountStats(strings.NewReader("device x without mount\n")); err == nil {
-		t.Error("malformed line accepted")
-	}
-}
-
 func TestSupportsDTypeOnTempDir(t *testing.T) {
 	// The host's temporary directory is on a filesystem with d_type
 	// (tmpfs or ext4): the raw getdents parsing must find the file type.

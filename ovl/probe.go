@@ -26,7 +26,7 @@ type Features struct {
 	NewMountAPI bool `json:"new_mount_api"` // fsconfig accepts lowerdir+
 	StrictUpper bool `json:"strict_upper"`  // ovlkit series: fail instead of degrading
 	FsyncStrict bool `json:"fsync_strict"`  // fsync=strict copy-up durability
-	CopyUpStats bool `json:"copyup_stats"`  // ovlkit series: copy-up counters in mountstats
+	CopyUpStats bool `json:"copyup_stats"`  // ovlkit series: copy-up counters in sysfs
 	// Notes says why a feature is off, keyed by its JSON name.
 	Notes map[string]string `json:"notes,omitempty"`
 }
@@ -79,6 +79,9 @@ func (f Features) Usable() error {
 // index=off where the module has an index (a shared upper would otherwise
 // fail with EBUSY when a mount leaks, containerd #4311), and strict_upper
 // where the ovlkit series provides it so that a degraded upper is an error.
+// strict_upper does not touch the in-use check: with index=off an upper or
+// work dir still used by a leaked mount is a kernel warning, not EBUSY,
+// with or without it.
 func (f Features) BaseOptions() []string {
 	var o []string
 	if f.IndexParam {
@@ -170,12 +173,15 @@ func Probe(dir string) (Features, error) {
 		p.unmount()
 		return f, err
 	}
-	if st, ok, err := MountStatsFor(p.merged); err == nil && ok && st.FSType == "overlay" && st.HasStats() {
+	// The counters are read, not only looked for, so that a store never
+	// claims statistics its Status could not show.
+	switch _, err := CopyUpStats(p.merged); {
+	case err == nil:
 		f.CopyUpStats = true
-	} else if err != nil {
+	case errors.Is(err, os.ErrNotExist):
+		f.Notes["copyup_stats"] = "the overlay has no counter directory in " + sysfsOverlay
+	default:
 		f.Notes["copyup_stats"] = err.Error()
-	} else {
-		f.Notes["copyup_stats"] = "mountstats shows no overlay statistics"
 	}
 	if err := p.unmount(); err != nil {
 		return f, err
