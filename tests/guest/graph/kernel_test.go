@@ -154,36 +154,60 @@ func TestFsyncStrictOption(t *testing.T) {
 	})
 }
 
-// Status shows the copy-up statistics of a mounted layer: copying up a
-// lower file through the mount is counted.
+// copyUpCounters are the counters the series reports for every overlay
+// mount, one file each in /sys/fs/overlay/<major>:<minor>/copy_up.
+var copyUpCounters = []string{
+	"reg", "dir", "lnk", "spec", "meta", "data", "link",
+	"copied_bytes", "cloned_bytes", "hole_bytes", "fsync",
+	"fail_enospc", "fail_eintr", "fail_other",
+}
+
+// Status shows the copy-up statistics of a mounted layer, read from the
+// overlay's sysfs directory: every counter is there, and copying up one
+// lower file through the mount counts one regular file and its bytes
+// (copied, or cloned where the upper fs shares extents).
 func TestStatusCopyUpStats(t *testing.T) {
-	guesttest.Proves(t, "ovl: report copy-up statistics in /proc/self/mountstats")
+	guesttest.Proves(t, "ovl: report copy-up statistics in sysfs")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		s := newStore(t, fs, graph.LayoutOverlay)
+		if f := s.Features(); !f.CopyUpStats {
+			t.Fatalf("probe finds no copy-up statistics: %s", f.Notes["copyup_stats"])
+		}
+		const data = "lower data"
 		must(t, s.Create("base", ""))
-		apply(t, s, "base", mkTar(t, file("f", "lower data")))
+		apply(t, s, "base", mkTar(t, file("f", data)))
 		must(t, s.CreateReadWrite("c", "base"))
 		p := get(t, s, "c")
 		before, err := s.Status()
 		must(t, err)
-		if len(before.Mounted) != 1 || len(before.Mounted[0].CopyUp) == 0 {
-			t.Fatalf("no copy-up statistics for the mounted layer: %+v", before.Mounted)
+		if len(before.Mounted) != 1 {
+			t.Fatalf("mounted %+v, want layer c only", before.Mounted)
+		}
+		b := before.Mounted[0].CopyUp
+		for _, k := range copyUpCounters {
+			if _, ok := b[k]; !ok {
+				t.Errorf("status lacks counter %s: %v", k, b)
+			}
+		}
+		if len(b) != len(copyUpCounters) {
+			t.Errorf("status shows %d counters %v, want %d", len(b), b, len(copyUpCounters))
 		}
 		f, err := os.OpenFile(filepath.Join(p, "f"), os.O_WRONLY|os.O_APPEND, 0)
 		must(t, err)
-		f.WriteString(" more")
-		f.Close()
+		_, err = f.WriteString(" more")
+		must(t, err)
+		must(t, f.Close())
 		after, err := s.Status()
 		must(t, err)
-		var sumBefore, sumAfter uint64
-		for _, v := range before.Mounted[0].CopyUp {
-			sumBefore += v
+		if len(after.Mounted) != 1 {
+			t.Fatalf("mounted %+v, want layer c only", after.Mounted)
 		}
-		for _, v := range after.Mounted[0].CopyUp {
-			sumAfter += v
+		a := after.Mounted[0].CopyUp
+		if a["reg"] != b["reg"]+1 {
+			t.Errorf("reg %d -> %d, want one copy-up more", b["reg"], a["reg"])
 		}
-		if sumAfter <= sumBefore {
-			t.Errorf("copy-up counters did not move: before %v after %v", before.Mounted[0].CopyUp, after.Mounted[0].CopyUp)
+		if got := a["copied_bytes"] + a["cloned_bytes"] - b["copied_bytes"] - b["cloned_bytes"]; got != uint64(len(data)) {
+			t.Errorf("copied and cloned bytes grew by %d, want %d (before %v, after %v)", got, len(data), b, a)
 		}
 		put(t, s, "c")
 	})
