@@ -211,9 +211,10 @@ func TestFullUpperNoWorkdir(t *testing.T) {
 }
 
 // With strict_upper the same mount fails with the error of mkdir, ENOSPC,
-// instead of coming up read-only.
+// instead of coming up read-only: strict_upper's rule for a work dir that
+// cannot be created, which the ENOSPC patch leaves as it is.
 func TestFullUpperNoWorkdirStrict(t *testing.T) {
-	guesttest.Proves(t, subjectFullUpper)
+	guesttest.Proves(t, subjectStrictUpper)
 	l := fullUpperWithoutWorkdir(t)
 
 	kmsg := guesttest.OpenKmsg(t)
