@@ -46,7 +46,39 @@ func (m Mounter) pageSize() int {
 	return os.Getpagesize()
 }
 
-// Mount mounts the overlay c on target. readOnly adds MS_RDONLY.
+// flags are the mount(2) flags of c: MS_RDONLY for readOnly, and
+// MS_NOSUID and MS_NODEV as c asks.
+func (c Config) flags(readOnly bool) uintptr {
+	var flags uintptr
+	if readOnly {
+		flags |= unix.MS_RDONLY
+	}
+	if c.NoSuid {
+		flags |= unix.MS_NOSUID
+	}
+	if c.NoDev {
+		flags |= unix.MS_NODEV
+	}
+	return flags
+}
+
+// attrs are the same flags as fsmount(2) attributes.
+func (c Config) attrs(readOnly bool) int {
+	var attr int
+	if readOnly {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if c.NoSuid {
+		attr |= unix.MOUNT_ATTR_NOSUID
+	}
+	if c.NoDev {
+		attr |= unix.MOUNT_ATTR_NODEV
+	}
+	return attr
+}
+
+// Mount mounts the overlay c on target. readOnly adds MS_RDONLY;
+// c.NoSuid and c.NoDev add MS_NOSUID and MS_NODEV.
 func (m Mounter) Mount(target string, c Config, readOnly bool) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -58,10 +90,7 @@ func (m Mounter) Mount(target string, c Config, readOnly bool) error {
 	if err != nil {
 		return err
 	}
-	var flags uintptr
-	if readOnly {
-		flags |= unix.MS_RDONLY
-	}
+	flags := c.flags(readOnly)
 	if p.Dir == "" {
 		if err := unix.Mount("overlay", target, "overlay", flags, p.Data); err != nil {
 			return fmt.Errorf("mount overlay on %s: %w", target, err)
@@ -140,11 +169,7 @@ func mountFsconfig(target string, c Config, readOnly bool) (err error) {
 	if err := unix.FsconfigCreate(fd); err != nil {
 		return fmt.Errorf("fsconfig create overlay: %w", err)
 	}
-	var attr int
-	if readOnly {
-		attr = unix.MOUNT_ATTR_RDONLY
-	}
-	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, attr)
+	mfd, err := unix.Fsmount(fd, unix.FSMOUNT_CLOEXEC, c.attrs(readOnly))
 	if err != nil {
 		return fmt.Errorf("fsmount overlay: %w", err)
 	}

@@ -38,6 +38,13 @@ type Config struct {
 	// Options are extra mount options ("index=off", "strict_upper",
 	// "fsync=strict", ...), in order.
 	Options []string
+	// NoSuid and NoDev add the mount flags MS_NOSUID and MS_NODEV
+	// (MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV with fsmount): through the
+	// mount, exec ignores setuid and setgid bits and file capabilities,
+	// and device nodes cannot be opened. They are flags of the mount,
+	// not overlay options, so they never count against the page of
+	// legacy mount data.
+	NoSuid, NoDev bool
 	// Base, when set, is the directory the paths are made relative to
 	// when the absolute form of the legacy mount data is longer than a
 	// page. The mount then happens from a thread whose working directory
