@@ -86,7 +86,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		}
 	}()
 	ldir := filepath.Join(stg.dir, "layer")
-	if err := os.Mkdir(ldir, 0o711); err != nil {
+	if err := os.Mkdir(ldir, ownerOnly); err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
 	diff := filepath.Join(ldir, "diff")

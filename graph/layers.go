@@ -104,7 +104,7 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		}
 	}()
 	ldir := filepath.Join(stg.dir, "layer")
-	if err := os.Mkdir(ldir, 0o711); err != nil {
+	if err := os.Mkdir(ldir, ownerOnly); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	if err := mkdirLike(filepath.Join(ldir, "diff"), parentTop); err != nil {
@@ -449,7 +449,9 @@ func (s *Store) Get(id string) (string, error) {
 			return "", fmt.Errorf("get: %w", err)
 		}
 	}
-	if err := os.Mkdir(merged, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+	// The mount point's directory, the layer's, keeps everyone but the
+	// owner from the mount (see ownerOnly).
+	if err := os.Mkdir(merged, ownerOnly); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
 	if err := s.mounter.Mount(merged, cfg, ro); err != nil {

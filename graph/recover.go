@@ -143,10 +143,17 @@ func (s *Store) recover(st *state) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	for _, e := range ents {
+		p := filepath.Join(s.home, "layers", e.Name())
 		if _, ok := st.Layers[e.Name()]; !ok {
-			if err := removeAll(filepath.Join(s.home, "layers", e.Name())); err != nil {
+			if err := removeAll(p); err != nil {
 				return fmt.Errorf("recover: %w", err)
 			}
+			continue
+		}
+		// A layer directory holds the diff and the mount point: the
+		// owner's only (see ownerOnly), also in a store from before.
+		if err := restrictDir(p); err != nil {
+			return fmt.Errorf("recover: %w", err)
 		}
 	}
 
@@ -155,9 +162,12 @@ func (s *Store) recover(st *state) error {
 	ldir := filepath.Join(s.home, "l")
 	if fi, err := os.Lstat(ldir); err != nil || !fi.IsDir() {
 		os.RemoveAll(ldir)
-		if err := os.Mkdir(ldir, 0o711); err != nil {
+		if err := os.Mkdir(ldir, ownerOnly); err != nil {
 			return fmt.Errorf("recover l/: %w", err)
 		}
+	}
+	if err := restrictDir(ldir); err != nil {
+		return fmt.Errorf("recover: %w", err)
 	}
 	want := map[string]string{}
 	for id, r := range st.Layers {

@@ -15,6 +15,9 @@
 //	empty/            the lower of a layer without parent
 //	staging/          layers being built; made visible by one rename
 //
+// The home and every directory the store keeps in it are 0700 (see
+// ownerOnly).
+//
 // Two layouts exist. "overlay" keeps only each layer's own diff and stacks
 // all ancestors as lower layers. "hardlink" is the 2014 design: an image
 // layer is a full tree made by hard-linking its parent's tree and applying
@@ -184,19 +187,31 @@ func Open(home string, opts Options) (*Store, error) {
 			homeExisted = false
 		}
 	}
-	if err := os.MkdirAll(home, 0o700); err != nil {
+	var homeMode uint32 // a refused new store gives it back
+	if fresh && homeExisted {
+		var st unix.Stat_t
+		if err := unix.Stat(home, &st); err != nil {
+			return nil, fmt.Errorf("store home: %w", err)
+		}
+		homeMode = st.Mode & 0o7777
+	}
+	if err := os.MkdirAll(home, ownerOnly); err != nil {
 		return nil, fmt.Errorf("create store home: %w", err)
 	}
 	for _, d := range []string{"layers", "l", "staging", "empty"} {
-		if err := os.MkdirAll(filepath.Join(home, d), 0o700); err != nil {
+		if err := os.MkdirAll(filepath.Join(home, d), ownerOnly); err != nil {
 			return nil, fmt.Errorf("create store: %w", err)
 		}
 	}
-	// The empty lower and the layers tree must be searchable by the
-	// processes that use the mounts.
-	for _, d := range []string{home, filepath.Join(home, "layers"), filepath.Join(home, "l"), filepath.Join(home, "empty")} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			return nil, fmt.Errorf("create store: %w", err)
+	// Nobody but the owner may reach a layer (see ownerOnly); a store
+	// from before is locked down here, l/ once recovery has made sure it
+	// is a directory, and the layer directories there too.
+	for _, d := range []string{home, filepath.Join(home, "layers"), filepath.Join(home, "staging"), filepath.Join(home, "empty")} {
+		if err := restrictDir(d); err != nil {
+			if fresh {
+				undoCreate(home, homeExisted, homeMode)
+			}
+			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
 	lf, err := os.OpenFile(filepath.Join(home, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
@@ -214,7 +229,7 @@ func Open(home string, opts Options) (*Store, error) {
 		s.state.close()
 		if fresh {
 			// A store refused at creation leaves nothing behind.
-			undoCreate(home, homeExisted)
+			undoCreate(home, homeExisted, homeMode)
 		}
 		return nil, err
 	}
@@ -222,8 +237,8 @@ func Open(home string, opts Options) (*Store, error) {
 }
 
 // undoCreate removes what a refused Open made in home, and home itself
-// when Open made it.
-func undoCreate(home string, homeExisted bool) {
+// when Open made it; a home that existed gets its mode back.
+func undoCreate(home string, homeExisted bool, mode uint32) {
 	if !homeExisted {
 		os.RemoveAll(home)
 		return
@@ -231,6 +246,36 @@ func undoCreate(home string, homeExisted bool) {
 	for _, n := range []string{"layers", "l", "staging", "empty", "lock", "state.json", "features.json"} {
 		os.RemoveAll(filepath.Join(home, n))
 	}
+	unix.Chmod(home, mode)
+}
+
+// ownerOnly is the mode of the home and of every directory the store
+// keeps in it (layers/, l/, empty/, staging/ and each layer's directory):
+// only the owner, root, may search them. The diffs hold what images
+// ship (setuid-root programs, device nodes, world-writable roots), and a
+// mount point shows them: a host user who could reach either would run
+// those programs with their privilege, open those devices or write into
+// layers that other containers share (the class of moby CVE-2021-41091
+// and containerd CVE-2021-41103). Mounts need no search permission on
+// these directories: the kernel resolves the layers once, as the
+// mounter, and a container gets its root from the runtime, not by path.
+const ownerOnly = 0o700
+
+// restrictDir gives dir the mode ownerOnly unless it has it already: a
+// store made before the modes tightened is locked down by its next Open.
+// The error names the directory.
+func restrictDir(dir string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("restrict %s to its owner: %w", dir, err)
+	}
+	if st.Mode&0o7777 == ownerOnly {
+		return nil
+	}
+	if err := unix.Chmod(dir, ownerOnly); err != nil {
+		return fmt.Errorf("restrict %s to its owner (mode %04o): %w", dir, st.Mode&0o7777, err)
+	}
+	return nil
 }
 
 // unfitFS are filesystems overlayfs cannot use as an upper layer, by the
