@@ -281,6 +281,13 @@ func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
 		}
 		cfg.Lower = lowers
 		cfg.Options = s.readOnlyOptions()
+		// A view without upper is an image, not a container's root:
+		// it is read, copied or built from, and no container runs from
+		// it, so nothing in it may raise privilege or reach a device,
+		// even for a process that was handed the mount. Containers
+		// keep setuid and devices on their own read-write mounts,
+		// which the store's modes keep from other users instead.
+		cfg.NoSuid, cfg.NoDev = true, true
 		return cfg, true, nil
 	}
 	cfg.Upper, cfg.Work = s.diffDir(id), s.workDir(id)

@@ -16,7 +16,7 @@
 //	staging/          layers being built; made visible by one rename
 //
 // The home and every directory the store keeps in it are 0700 (see
-// ownerOnly).
+// ownerOnly), and read-only views are mounted nosuid,nodev.
 //
 // Two layouts exist. "overlay" keeps only each layer's own diff and stacks
 // all ancestors as lower layers. "hardlink" is the 2014 design: an image
