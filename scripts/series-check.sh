@@ -3,10 +3,12 @@
 # patch at a time, and print one table row per patch:
 #
 #   checkpatch  scripts/checkpatch.pl --strict: no error, warning or check,
-#               except of a type the commit message justifies with a line
-#               "checkpatch: TYPE[,TYPE...]: why"
+#               except of a type that the notes below the "---" line justify
+#               with a line "checkpatch: TYPE[,TYPE...]: why" (git am drops
+#               them, so they never reach a commit)
 #   meta        Signed-off-by, DEP-3 fields (Origin, Forwarded, Last-Update),
-#               and a subject of the form "ovl: ..."
+#               a subject "[PATCH n/N] ovl: ..." numbered in series order,
+#               and no tool directive above the "---" line
 #   build       make fs/overlayfs/ succeeds with this patch and the ones
 #               before it applied (the series stays bisectable)
 #   W=1         no W=1 warning in fs/overlayfs that the stock tree lacks
@@ -45,6 +47,17 @@ commit_message() {
 	sed '/^---$/q' "$1"
 }
 
+# patch_notes PATCH: what stands between the "---" line and the diff: the
+# notes for tools and reviewers and the diffstat, which git am drops.
+patch_notes() {
+	sed -n '/^---$/,/^diff --git /p' "$1"
+}
+
+# patch_prefix PATCH: the "[PATCH n/N]" part of the subject.
+patch_prefix() {
+	sed -n 's/^Subject:[[:space:]]*\(\[[^]]*\]\).*/\1/p' "$1" | head -n 1
+}
+
 # patch_subject PATCH: the Subject line without "[PATCH n/N]", unfolded.
 patch_subject() {
 	awk '/^Subject:/ {s = $0; getline; while ($0 ~ /^[ \t]/) {s = s $0; getline}; print s; exit}' "$1" |
@@ -62,8 +75,8 @@ check_style() {
 	log=$LOGS/$name.checkpatch
 	(cd "$STOCK_SRC" && GIT_DIR=/nonexistent scripts/checkpatch.pl --strict --no-tree \
 		--show-types --no-summary --terse "$patch") >"$log" 2>&1 || true
-	justified=$(commit_message "$patch" |
-		sed -n 's/^checkpatch:[[:space:]]*\([A-Z_, ]*[A-Z_]\)[[:space:]]*:[[:space:]]*[^[:space:]].*/\1/p' |
+	justified=$(patch_notes "$patch" |
+		sed -n 's/^[[:space:]]*checkpatch:[[:space:]]*\([A-Z_, ]*[A-Z_]\)[[:space:]]*:[[:space:]]*[^[:space:]].*/\1/p' |
 		tr ', ' '\n\n' | sed '/^$/d' | sort -u)
 	types=$(sed -n 's/^[^:]*:[0-9]*: \(ERROR\|WARNING\|CHECK\):\([A-Z_0-9]*\):.*/\2/p' "$log")
 	for t in $types; do
@@ -82,11 +95,13 @@ check_style() {
 	fi
 }
 
-# check_meta PATCH: prints the cell for the patch header; returns 1 when a
-# required field is missing.
+# check_meta PATCH N TOTAL: prints the cell for the patch header; returns 1
+# when a required field is missing or the header is malformed.
 check_meta() {
-	local patch=$1 msg missing=()
+	local patch=$1 n=$2 total=$3 msg missing=()
 	msg=$(commit_message "$patch")
+	[ "$(patch_prefix "$patch")" = "[PATCH $n/$total]" ] || missing+=("[PATCH $n/$total]")
+	! grep -q '^checkpatch:' <<<"$msg" || missing+=("directive below ---")
 	grep -q '^Signed-off-by: .* <.*@.*>$' <<<"$msg" || missing+=(Signed-off-by)
 	grep -q '^Origin: ' <<<"$msg" || missing+=(Origin)
 	grep -q '^Forwarded: ' <<<"$msg" || missing+=(Forwarded)
@@ -202,7 +217,8 @@ main() {
 	for p in "${patches[@]}"; do
 		local name=${p%.patch} style meta build w1 sp log now newl
 		style=$(check_style "$SERIES_DIR/$p") || problems=$((problems + 1))
-		meta=$(check_meta "$SERIES_DIR/$p") || problems=$((problems + 1))
+		meta=$(check_meta "$SERIES_DIR/$p" "$((applied + 1))" "${#patches[@]}") ||
+			problems=$((problems + 1))
 		if ! (cd "$SRC" && QUILT_PATCHES=$SERIES_DIR quilt --quiltrc=- push --fuzz=0 "$p") \
 			>"$LOGS/$name.quilt" 2>&1; then
 			row "$name" "$style" "$meta" "no apply" - -
