@@ -145,6 +145,7 @@ func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
 // is synced before its attributes are set and directories are not synced.
 // This is what every kernel does, so it is no proof of the option.
 func TestFsyncAutoKeepsDataSync(t *testing.T) {
+	guesttest.Keeps(t, "the default syncs the data of a copy up before its attributes, and no directory")
 	xfs := needFS(t, "xfs")
 	l := splitLayers(t, xfs)
 	lowerTree(t, l.Lower[0])
