@@ -116,14 +116,15 @@ func parse(args []string) (command, error) {
 func run(ctx context.Context, args []string, e *env) int {
 	c, err := parse(args)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "ovlgraph: %v\n", err)
+		fmt.Fprintf(e.stderr, "ovlgraph: %s\n", escapeMessage(err.Error()))
 		if errors.Is(err, errUsage) {
 			fmt.Fprint(e.stderr, usage)
 		}
 		return 2
 	}
 	if err := c.exec(ctx, e); err != nil {
-		fmt.Fprintf(e.stderr, "ovlgraph %s: %v\n", c.name, err)
+		// Errors name paths inside layers, which the layer's author chose.
+		fmt.Fprintf(e.stderr, "ovlgraph %s: %s\n", c.name, escapeMessage(err.Error()))
 		return 1
 	}
 	return 0
@@ -143,7 +144,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 	switch c.name {
 	case "init":
 		return c.emit(out, map[string]any{"home": s.Home(), "layout": s.Layout()},
-			fmt.Sprintf("store %s (layout %s)\n", s.Home(), s.Layout()))
+			fmt.Sprintf("store %s (layout %s)\n", quoteName(s.Home()), s.Layout()))
 	case "create":
 		if c.rw {
 			err = s.CreateReadWrite(c.id, c.parent)
@@ -157,19 +158,19 @@ func (c command) exec(ctx context.Context, e *env) error {
 		if err != nil {
 			return err
 		}
-		return c.emit(out, li, fmt.Sprintf("created %s\n", c.id))
+		return c.emit(out, li, fmt.Sprintf("created %s\n", quoteName(c.id)))
 	case "apply":
 		n, err := s.ApplyDiff(ctx, c.id, e.stdin)
 		if err != nil {
 			return err
 		}
-		return c.emit(out, map[string]any{"id": c.id, "size": n}, fmt.Sprintf("applied %s: %d bytes\n", c.id, n))
+		return c.emit(out, map[string]any{"id": c.id, "size": n}, fmt.Sprintf("applied %s: %d bytes\n", quoteName(c.id), n))
 	case "mount":
 		p, err := s.Get(c.id)
 		if err != nil {
 			return err
 		}
-		return c.emit(out, map[string]any{"id": c.id, "path": p}, p+"\n")
+		return c.emit(out, map[string]any{"id": c.id, "path": p}, quoteName(p)+"\n")
 	case "umount":
 		if err := s.Put(c.id); err != nil {
 			return err
@@ -179,7 +180,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 			return err
 		}
 		return c.emit(out, map[string]any{"id": c.id, "mounts": li.Mounts},
-			fmt.Sprintf("%s: %d reference(s) left\n", c.id, li.Mounts))
+			fmt.Sprintf("%s: %d reference(s) left\n", quoteName(c.id), li.Mounts))
 	case "diff":
 		if f, ok := out.(*os.File); ok && isTerminal(f) {
 			return errors.New("refusing to write a tar to a terminal; redirect stdout")
@@ -195,7 +196,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 		if err := s.Remove(c.id); err != nil {
 			return err
 		}
-		return c.emit(out, map[string]any{"id": c.id, "removed": true}, fmt.Sprintf("removed %s\n", c.id))
+		return c.emit(out, map[string]any{"id": c.id, "removed": true}, fmt.Sprintf("removed %s\n", quoteName(c.id)))
 	case "ls":
 		ls, err := s.Layers()
 		if err != nil {
@@ -223,7 +224,11 @@ func (c command) exec(ctx context.Context, e *env) error {
 		} else if len(probs) == 0 {
 			fmt.Fprintln(out, "ok")
 		} else {
-			fmt.Fprint(out, graph.Summary(probs))
+			// A problem can name an entry found in the store's
+			// directories, whatever its name.
+			for _, p := range probs {
+				fmt.Fprintln(out, escapeMessage(p.String()))
+			}
 		}
 		if len(probs) > 0 {
 			return fmt.Errorf("%d problem(s)", len(probs))
@@ -263,7 +268,8 @@ func (c command) emitChanges(w io.Writer, ch []layer.Change) error {
 		return writeJSON(w, out)
 	}
 	for _, x := range ch {
-		if _, err := fmt.Fprintln(w, x.String()); err != nil {
+		// Not x.String(): the path is the layer author's choice.
+		if _, err := fmt.Fprintln(w, x.Kind.String()+" "+quoteName(x.Path)); err != nil {
 			return err
 		}
 	}
@@ -284,11 +290,11 @@ func (c command) emitLayers(w io.Writer, ls []graph.LayerInfo) error {
 		if l.RW {
 			kind = "container"
 		}
-		parent := l.Parent
+		parent := quoteName(l.Parent)
 		if parent == "" {
 			parent = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", l.ID, parent, kind, l.Depth, l.Size, l.Mounts)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", quoteName(l.ID), parent, kind, l.Depth, l.Size, l.Mounts)
 	}
 	return tw.Flush()
 }
@@ -305,27 +311,27 @@ func (c command) emitStatus(w io.Writer, st graph.Status) error {
 		return "no"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "home:          %s\n", st.Home)
+	fmt.Fprintf(&b, "home:          %s\n", quoteName(st.Home))
 	fmt.Fprintf(&b, "layout:        %s\n", st.Layout)
 	fmt.Fprintf(&b, "userxattr:     %s\n", yes(st.Userxattr))
-	fmt.Fprintf(&b, "backing fs:    %s\n", st.BackingFS)
+	fmt.Fprintf(&b, "backing fs:    %s\n", escapeMessage(st.BackingFS))
 	fmt.Fprintf(&b, "layers:        %d\n", st.Layers)
 	fmt.Fprintf(&b, "sync:          %s\n", st.Sync)
 	fmt.Fprintf(&b, "mount method:  %s\n", st.MountMethod)
-	fmt.Fprintf(&b, "mount options: %s\n", strings.Join(st.MountOpts, ","))
+	fmt.Fprintf(&b, "mount options: %s\n", escapeMessage(strings.Join(st.MountOpts, ",")))
 	fmt.Fprintf(&b, "features:      d_type=%s multi_lower=%s redirect_dir=%s metacopy=%s index_param=%s userxattr=%s new_mount_api=%s\n",
 		yes(f.DType), yes(f.MultiLower), yes(f.RedirectDir), yes(f.Metacopy), yes(f.IndexParam), yes(f.Userxattr), yes(f.NewMountAPI))
 	fmt.Fprintf(&b, "ovlkit series: strict_upper=%s fsync_strict=%s copyup_stats=%s\n",
 		yes(f.StrictUpper), yes(f.FsyncStrict), yes(f.CopyUpStats))
 	if len(st.Missing) > 0 {
-		fmt.Fprintf(&b, "missing:       %s\n", strings.Join(st.Missing, "; "))
+		fmt.Fprintf(&b, "missing:       %s\n", escapeMessage(strings.Join(st.Missing, "; ")))
 	}
 	for _, m := range st.Mounted {
 		ro := "rw"
 		if m.ReadOnly {
 			ro = "ro"
 		}
-		fmt.Fprintf(&b, "mounted:       %s %s refs=%d %s", m.ID, m.Path, m.Refs, ro)
+		fmt.Fprintf(&b, "mounted:       %s %s refs=%d %s", quoteName(m.ID), quoteName(m.Path), m.Refs, ro)
 		if len(m.CopyUp) > 0 {
 			keys := make([]string, 0, len(m.CopyUp))
 			for k := range m.CopyUp {
@@ -334,7 +340,7 @@ func (c command) emitStatus(w io.Writer, st graph.Status) error {
 			sortStrings(keys)
 			b.WriteString(" copy-up:")
 			for _, k := range keys {
-				fmt.Fprintf(&b, " %s=%d", k, m.CopyUp[k])
+				fmt.Fprintf(&b, " %s=%d", escapeMessage(k), m.CopyUp[k])
 			}
 		}
 		b.WriteByte('\n')

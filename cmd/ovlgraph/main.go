@@ -16,7 +16,11 @@
 //	check                              verify the store's invariants
 //
 // Output is for people unless --json is given; errors go to stderr and
-// the exit status is non-zero.
+// the exit status is non-zero. In text output a name that holds a control
+// character, a bidirectional control, a backslash, a double quote or bytes
+// that are not UTF-8 is printed in double quotes with C escapes, as git
+// prints paths, so that no name can forge a line or reach the terminal as
+// an escape sequence; --json gives names exactly.
 package main
 
 import (
