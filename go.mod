@@ -3,8 +3,11 @@ module github.com/ovlkit/ovlkit
 go 1.26.8
 
 require (
+	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/hugelgupf/vmtest v0.0.0-20240307030256-5d9f3d34a58d
 	github.com/klauspost/compress v1.18.0
+	github.com/moby/sys/mountinfo v0.7.2
+	github.com/prometheus/procfs v0.23.0
 	github.com/u-root/gobusybox/src v0.0.0-20250101170133-2e884e4509c7
 	github.com/u-root/mkuimage v0.0.0-20250905073043-9a40452f5d3b
 	github.com/u-root/uio v0.0.0-20240224005618-d2acac8f3701
