@@ -517,3 +517,56 @@ func TestApplyModesDespiteUmaskAndDefaultACL(t *testing.T) {
 		t.Log("the test filesystem takes no default ACL; the ACL case ran without one")
 	}
 }
+
+// roundTrip exports the tree root (lowers unknown) and applies the result
+// to a fresh directory, which it returns.
+func roundTrip(t *testing.T, root string) string {
+	t.Helper()
+	again := t.TempDir()
+	mustApply(t, again, exportBytes(t, root, ExportOptions{}), ApplyOptions{})
+	return again
+}
+
+// TestApplyWhiteoutLikeNames: a name that starts with ".wh." anywhere but
+// in the final component of a whiteout or opaque marker would apply as
+// something its export cannot say: a directory ".wh.x" exports as-is and
+// applies again as a whiteout of "x". Such entries are refused, naming
+// the entry; if one is ever accepted, export and apply must reproduce it.
+func TestApplyWhiteoutLikeNames(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []ent
+		failOn  string
+	}{
+		{"implicit parent", []ent{reg(".wh.x/y", "y", 0o644)}, ".wh.x/y"},
+		{"implicit parent deep", []ent{dir("a/", 0o755), reg("a/.wh.b/c", "c", 0o644)}, "a/.wh.b/c"},
+		{"under the opaque marker", []ent{reg(".wh..wh..opq/z", "z", 0o644)}, ".wh..wh..opq/z"},
+		{"directory entry", []ent{dir(".wh.x/", 0o755)}, ".wh.x/"},
+		{"opaque marker as a directory", []ent{dir("d/", 0o755), dir("d/.wh..wh..opq/", 0o755)}, "d/.wh..wh..opq/"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			_, err := applyBytes(t, root, mkTar(t, tc.entries...), ApplyOptions{})
+			if err == nil {
+				equalLists(t, "tree after export and apply", fullTree(t, roundTrip(t, root)), fullTree(t, root))
+				t.Fatalf("Apply accepted the layer, want an error naming %q", tc.failOn)
+			}
+			var ee *EntryError
+			if !errors.Is(err, ErrInvalidWhiteout) || !errors.As(err, &ee) || ee.Name != tc.failOn {
+				t.Fatalf("got %v, want an invalid whiteout entry error naming %q", err, tc.failOn)
+			}
+		})
+	}
+}
+
+// TestApplyAUFSMetadataSkipped: AUFS kept its own bookkeeping under
+// ".wh..wh." names; such entries, and what is below them, describe
+// nothing in the layer.
+func TestApplyAUFSMetadataSkipped(t *testing.T) {
+	root := t.TempDir()
+	mustApply(t, root, mkTar(t,
+		dir(".wh..wh.plnk/", 0o700), reg(".wh..wh.plnk/123.456", "x", 0o644),
+		reg(".wh..wh.aufs", "", 0o600), dir("d/", 0o755), reg("d/.wh..wh.aufs", "", 0o600),
+	), ApplyOptions{})
+	equalLists(t, "tree", tree(t, root), []string{"d: dir 0755 0:0"})
+}

@@ -288,3 +288,37 @@ func TestExportChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestExportRefusesWhiteoutLikeNames: a diff entry whose name starts with
+// ".wh." (a container can create one) would apply as a whiteout or an
+// opaque marker; export refuses it, naming the path, rather than write a
+// tar that applies as something else.
+func TestExportRefusesWhiteoutLikeNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ents []fsEnt
+		path string
+	}{
+		{"directory", []fsEnt{d(".wh.x"), f(".wh.x/y", "y")}, ".wh.x"},
+		{"file", []fsEnt{d("a"), f("a/.wh.b", "b")}, "a/.wh.b"},
+		{"opaque marker name", []fsEnt{d("a"), d("a/.wh..wh..opq"), f("a/.wh..wh..opq/z", "z")}, "a/.wh..wh..opq"},
+		{"whiteout of such a name", []fsEnt{wh(".wh.c")}, ".wh.c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := filepath.Join(t.TempDir(), "src")
+			build(t, src, tc.ents...)
+			err := Export(context.Background(), &bytes.Buffer{}, src, ExportOptions{})
+			if err == nil || !strings.Contains(err.Error(), tc.path) {
+				t.Errorf("Export: got %v, want an error naming %q", err, tc.path)
+			}
+		})
+	}
+	root := t.TempDir()
+	build(t, root, d(".wh.x"), f(".wh.x/y", "y"))
+	for _, c := range []Change{{Path: "/.wh.x", Kind: ChangeAdd}, {Path: "/.wh.x/y", Kind: ChangeAdd}, {Path: "/.wh.gone", Kind: ChangeDelete}} {
+		err := ExportChanges(context.Background(), &bytes.Buffer{}, root, []Change{c})
+		if err == nil || !strings.Contains(err.Error(), c.Path) {
+			t.Errorf("ExportChanges(%v): got %v, want an error naming %s", c, err, c.Path)
+		}
+	}
+}

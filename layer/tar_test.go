@@ -196,6 +196,13 @@ func tree(t testing.TB, root string) []string {
 	return out
 }
 
+// fullTree is tree with the root's own description first: a round trip
+// must also carry the root's metadata and opaque marker.
+func fullTree(t testing.TB, root string) []string {
+	t.Helper()
+	return append([]string{".: " + describe(t, root)}, tree(t, root)...)
+}
+
 // tarHeaders lists the headers of a tar stream.
 func tarHeaders(t testing.TB, b []byte) []*tar.Header {
 	t.Helper()
