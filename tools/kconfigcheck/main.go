@@ -90,8 +90,29 @@ func check(final config, fragment string, want config, order []string) []mismatc
 	return out
 }
 
+// present lists the requested symbols the final configuration holds as
+// asked, one line each, for a log that shows what a build really checks.
+func present(final config, fragment string, want config, order []string) []string {
+	var out []string
+	for _, sym := range order {
+		w := want[sym]
+		if w == "n" {
+			w = ""
+		}
+		if final[sym] != w {
+			continue
+		}
+		if w == "" {
+			w = "not set"
+		}
+		out = append(out, fmt.Sprintf("%s: %s=%s present", fragment, sym, w))
+	}
+	return out
+}
+
 func main() {
 	cfgPath := flag.String("config", ".config", "the merged kernel configuration")
+	verbose := flag.Bool("v", false, "also list every requested symbol that survived")
 	flag.Parse()
 	if flag.NArg() == 0 {
 		fmt.Fprintln(os.Stderr, "usage: kconfigcheck -config .config fragment.config...")
@@ -110,6 +131,11 @@ func main() {
 			os.Exit(2)
 		}
 		all = append(all, check(final, frag, want, order)...)
+		if *verbose {
+			for _, l := range present(final, frag, want, order) {
+				fmt.Println("kconfigcheck:", l)
+			}
+		}
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].fragment < all[j].fragment })
 	for _, m := range all {

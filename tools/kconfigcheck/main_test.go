@@ -37,6 +37,21 @@ CONFIG_D=y
 	}
 }
 
+func TestPresentListsSurvivors(t *testing.T) {
+	final, _, err := parse(strings.NewReader("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=17\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, order, err := parse(strings.NewReader("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=16\nCONFIG_D=y\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(present(final, "frag", want, order), "\n")
+	if got != "frag: CONFIG_A=y present\nfrag: CONFIG_B=not set present" {
+		t.Errorf("present:\n%s", got)
+	}
+}
+
 func TestParseRejectsMalformed(t *testing.T) {
 	if _, _, err := parse(strings.NewReader("CONFIG_X\n")); err == nil {
 		t.Error("a CONFIG_ line without = parsed")
