@@ -490,6 +490,9 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		return err
 	}
 	dir, base := splitRel(rel)
+	if skip, err := checkWhiteoutNames(dir, base, hdr.Typeflag); skip || err != nil {
+		return err
+	}
 	if strings.HasPrefix(base, whiteoutPrefix) {
 		return a.whiteout(dir, base, hdr)
 	}
@@ -527,6 +530,37 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	return fmt.Errorf("type %q: %w", hdr.Typeflag, ErrUnsupportedEntry)
 }
 
+// checkWhiteoutNames refuses an entry that uses a .wh. name anywhere the
+// OCI layer format puts no whiteout: as a directory on the way to the
+// entry (".wh.x/y", ".wh..wh..opq/z"), or as a directory entry itself.
+// Applied, such a name would be a real file or directory that an export
+// cannot write without it turning into a whiteout or an opaque marker when
+// applied again. Entries at or below AUFS' own ".wh..wh." bookkeeping
+// names (other than the opaque marker) describe nothing and are skipped.
+func checkWhiteoutNames(dir, base string, typ byte) (skip bool, err error) {
+	if dir != "" {
+		for _, c := range strings.Split(dir, "/") {
+			if !strings.HasPrefix(c, whiteoutPrefix) {
+				continue
+			}
+			if strings.HasPrefix(c, whiteoutMetaPrefix) && c != whiteoutOpaque {
+				return true, nil
+			}
+			return false, fmt.Errorf("%q in the path is a whiteout name, not a directory: %w", c, ErrInvalidWhiteout)
+		}
+	}
+	if !strings.HasPrefix(base, whiteoutPrefix) {
+		return false, nil
+	}
+	if strings.HasPrefix(base, whiteoutMetaPrefix) && base != whiteoutOpaque {
+		return true, nil
+	}
+	if typ == tar.TypeDir {
+		return false, fmt.Errorf("directory named like a whiteout: %w", ErrInvalidWhiteout)
+	}
+	return false, nil
+}
+
 // whiteout converts a .wh. entry: the opaque marker becomes an xattr on
 // its directory, any other name a 0/0 character device owned as the entry
 // says.
@@ -543,10 +577,6 @@ func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 		if dir == "" {
 			a.rootOpaque = true
 		}
-		return nil
-	}
-	if strings.HasPrefix(base, whiteoutMetaPrefix) {
-		// AUFS bookkeeping (.wh..wh.plnk, .wh..wh.aufs): nothing to apply.
 		return nil
 	}
 	name := base[len(whiteoutPrefix):]

@@ -18,6 +18,19 @@ import (
 
 type inodeKey struct{ dev, ino uint64 }
 
+// checkExportName refuses a path with a component starting with ".wh.":
+// in a tar such a name is a whiteout or an opaque marker, so the entry
+// would apply as a deletion instead of itself. Apply never creates one;
+// a container can.
+func checkExportName(rel string) error {
+	for _, c := range strings.Split(rel, "/") {
+		if strings.HasPrefix(c, whiteoutPrefix) {
+			return fmt.Errorf("%s: %q is a whiteout name in a tar layer and cannot be exported", rel, c)
+		}
+	}
+	return nil
+}
+
 // tarWriter emits entries from disk: metadata from one path, content
 // from another (they differ for metacopy files), hard links once.
 type tarWriter struct {
@@ -37,6 +50,9 @@ func mtimeOf(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Sec, st.Mtim.
 // Sockets cannot be stored in a tar and are left out.
 func (t *tarWriter) entry(name string, st *unix.Stat_t, metaPath, dataPath string) error {
 	if err := t.ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkExportName(name); err != nil {
 		return err
 	}
 	hdr := &tar.Header{
@@ -221,6 +237,9 @@ func (e *exporter) dir(rel string, n, o node, full bool) error {
 				return err
 			}
 			if wh {
+				if err := checkExportName(p); err != nil {
+					return err
+				}
 				if err := e.marker(path.Join(rel, whiteoutPrefix+name), 0o600, &st); err != nil {
 					return err
 				}
@@ -279,6 +298,9 @@ func exportChanges(ctx context.Context, w io.Writer, newRoot string, changes []C
 		rel, err := cleanEntryName(strings.TrimPrefix(c.Path, "/"))
 		if err != nil || rel == "" {
 			return fmt.Errorf("layer: export change %q: invalid path", c.Path)
+		}
+		if err := checkExportName(rel); err != nil {
+			return fmt.Errorf("layer: export change %q: %w", c.Path, err)
 		}
 		switch c.Kind {
 		case ChangeDelete:

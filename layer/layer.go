@@ -128,7 +128,9 @@ var (
 	// opaque marker that the overlay mount would obey.
 	ErrOverlayXattr = errors.New("overlay xattrs are not allowed in a layer")
 	// ErrInvalidWhiteout marks a .wh. entry that names nothing (".wh.",
-	// ".wh..", ".wh...").
+	// ".wh..", ".wh..."), and a .wh. name where a layer can hold no
+	// whiteout: a directory entry, or a directory on the way to an entry
+	// (".wh.x/y", ".wh..wh..opq/z").
 	ErrInvalidWhiteout = errors.New("invalid whiteout entry")
 	// ErrTooLarge marks the entry that took a layer past
 	// ApplyOptions.MaxSize.
@@ -161,7 +163,8 @@ func Apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 
 // Export writes the overlay diff directory diff as an OCI tar layer:
 // whiteouts become .wh. entries and opaque directories .wh..wh..opq entries,
-// overlay xattrs are left out.
+// overlay xattrs are left out. A diff entry whose name starts with .wh. is
+// refused: in a tar it would read as a whiteout.
 func Export(ctx context.Context, w io.Writer, diff string, opts ExportOptions) error {
 	return export(ctx, w, diff, opts)
 }
