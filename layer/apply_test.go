@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -569,4 +570,15 @@ func TestApplyAUFSMetadataSkipped(t *testing.T) {
 		reg(".wh..wh.aufs", "", 0o600), dir("d/", 0o755), reg("d/.wh..wh.aufs", "", 0o600),
 	), ApplyOptions{})
 	equalLists(t, "tree", tree(t, root), []string{"d: dir 0755 0:0"})
+}
+
+// TestApplyWhiteoutOfListedDirectory: a whiteout that follows a
+// directory and its subdirectories in the same tar deletes them; setting
+// directory times or syncing at the end must not bring them back.
+func TestApplyWhiteoutOfListedDirectory(t *testing.T) {
+	for _, sync := range []bool{false, true} {
+		root := t.TempDir()
+		mustApply(t, root, mkTar(t, dir("x/", 0o755), dir("x/y/", 0o755), reg("x/y/f", "f", 0o644), reg(".wh.x", "", 0o600)), ApplyOptions{Sync: sync})
+		equalLists(t, fmt.Sprintf("tree (sync %v)", sync), tree(t, root), []string{"x: char 0000 0:0 0:0"})
+	}
 }
