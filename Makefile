@@ -6,13 +6,17 @@
 #                 stock kernel (proof tests must fail on stock), the
 #                 harness self-test, and the series checks
 #
-# Options: KERNEL=patched|stock|<tree>  ACCEL=auto|kvm|tcg  CACHE=<dir>
+# Options: KBASE=6.1|6.12 (kernel base: linux-source-$(KBASE), patches/$(KBASE))
+#          KERNEL=patched|stock|<tree>  ACCEL=auto|kvm|tcg  CACHE=<dir>
 #          RUN=<regexp>  FS=ext4,xfs,btrfs,xfs-ftype0,vfat  KCONFIG_EXTRA=debug  V=1
 
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 export CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ovlkit
 export ACCEL ?= auto
+# The one place the kernel base is chosen; scripts, ovlvm and the kconfig
+# fragments read it from the environment.
+export KBASE ?= 6.1
 export KCONFIG_EXTRA
 KERNEL ?= patched
 RUN ?=
