@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages ovlkit needs, only those that are missing.
+# The kernel source is that of the base KBASE (default 6.1).
 . "$(dirname "$0")/lib.sh"
 
 pkgs=(
-	linux-source-6.1 quilt make gcc flex bison bc cpio xz-utils
+	"$SOURCE_PKG" quilt make gcc flex bison bc cpio xz-utils
 	libelf-dev libssl-dev ccache rsync kmod sparse
 	qemu-system-x86 e2fsprogs xfsprogs btrfs-progs dosfstools
 )

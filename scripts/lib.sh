@@ -5,7 +5,12 @@ set -euo pipefail
 
 OVLKIT_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ovlkit}
+# The kernel base: Debian's linux-source-$KBASE and the series in
+# patches/$KBASE. The Makefile exports it; 6.1 when a script runs alone.
 KBASE=${KBASE:-6.1}
+case $KBASE in
+*[!0-9.]* | '' | .* | *.) printf 'error: KBASE=%s is not a version like 6.1\n' "$KBASE" >&2 && exit 1 ;;
+esac
 SOURCE_PKG=linux-source-$KBASE
 
 _t0=$(date +%s)
