@@ -249,12 +249,25 @@ func splitRel(rel string) (dir, base string) {
 // the kernel would, but resolution never leaves root (RESOLVE_BENEATH) and
 // never uses /proc magic links.
 func (a *applier) openDir(rel string) (int, error) {
-	return a.openDirMode(rel, true)
+	return a.openDirMode(rel, openCreate)
 }
 
-// openDirMode is openDir; with replace false a whiteout in the way is
-// reported as ENOTDIR instead of becoming a directory.
-func (a *applier) openDirMode(rel string, replace bool) (int, error) {
+// openMode says what openDirMode does about a directory that is not there.
+type openMode int
+
+const (
+	// openCreate creates missing directories, over whiteouts too.
+	openCreate openMode = iota
+	// openNoReplace creates missing directories but reports a whiteout
+	// in the way as ENOTDIR.
+	openNoReplace
+	// openExisting creates nothing: a missing directory is ENOENT, a
+	// non-directory in the way ENOTDIR.
+	openExisting
+)
+
+// openDirMode is openDir with a choice of what to create.
+func (a *applier) openDirMode(rel string, mode openMode) (int, error) {
 	if rel == "" {
 		return a.rootFd, nil
 	}
@@ -265,7 +278,7 @@ func (a *applier) openDirMode(rel string, replace bool) (int, error) {
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	})
-	if errors.Is(err, unix.ENOENT) || (replace && errors.Is(err, unix.ENOTDIR)) {
+	if mode != openExisting && (errors.Is(err, unix.ENOENT) || (mode == openCreate && errors.Is(err, unix.ENOTDIR))) {
 		// Missing, or in the way (a whiteout): mkparent creates what the
 		// tar left implicit and refuses anything else.
 		if err := a.mkparent(rel); err != nil {
@@ -586,7 +599,7 @@ func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 	if err := checkIDs(hdr); err != nil {
 		return err
 	}
-	pfd, err := a.openDirMode(dir, false)
+	pfd, err := a.openDirMode(dir, openNoReplace)
 	if err != nil {
 		// A whiteout below a path this layer already whited out or
 		// replaced by a file is redundant, not an error.
@@ -1039,8 +1052,14 @@ func (a *applier) finish() error {
 			}
 			continue
 		}
+		// A directory a later entry replaced or whited out is gone, and
+		// so is everything below it: opening with create-if-missing here
+		// would bring it back.
 		dir, base := splitRel(rel)
-		pfd, err := a.openDir(dir)
+		pfd, err := a.openDirMode(dir, openExisting)
+		if gone(err) {
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("layer: set times of %q: %w", rel, err)
 		}
@@ -1056,16 +1075,26 @@ func (a *applier) finish() error {
 		return nil
 	}
 	for rel := range a.dirty {
-		fd, err := a.openDir(rel)
+		fd, err := a.openDirMode(rel, openExisting)
 		a.closeRetired()
-		if err != nil {
+		if gone(err) {
 			continue // removed by a later entry
+		}
+		if err != nil {
+			return fmt.Errorf("layer: fsync %q: %w", filepath.Join(a.root, rel), err)
 		}
 		if err := unix.Fsync(fd); err != nil {
 			return fmt.Errorf("layer: fsync %q: %w", filepath.Join(a.root, rel), err)
 		}
 	}
 	return nil
+}
+
+// gone reports whether openDirMode(rel, openExisting) failed because rel
+// no longer names a directory beneath the root: a later entry removed it,
+// replaced it, or replaced a symlink on the way.
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, ErrUnsafePath)
 }
 
 // whiteoutLowerRoot hides every entry of the lowers' merged root that the
