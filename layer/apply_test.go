@@ -582,3 +582,39 @@ func TestApplyWhiteoutOfListedDirectory(t *testing.T) {
 		equalLists(t, fmt.Sprintf("tree (sync %v)", sync), tree(t, root), []string{"x: char 0000 0:0 0:0"})
 	}
 }
+
+// TestApplySizeAfterReplacements: the size Apply returns is what Size
+// reads back from the layer (and what the store's check compares), also
+// when later entries replace or white out earlier ones.
+func TestApplySizeAfterReplacements(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []ent
+	}{
+		{"duplicate file", []ent{reg("dup", "first", 0o644), reg("dup", "second!", 0o644)}},
+		{"whited-out file", []ent{reg("f", "12345", 0o644), reg(".wh.f", "", 0o600)}},
+		{"whited-out directory", []ent{dir("d/", 0o755), reg("d/f", "12345", 0o644), reg(".wh.d", "", 0o600)}},
+		{"directory over a file", []ent{reg("x", "12345", 0o644), dir("x/", 0o755), reg("x/y", "1", 0o644)}},
+		{"hard link outlives its first name", []ent{reg("a", "12345", 0o644), hardlink("b", "a"), reg(".wh.a", "", 0o600)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			n := mustApply(t, root, mkTar(t, tc.entries...), ApplyOptions{})
+			size, err := Size(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n != size {
+				t.Errorf("Apply returned %d content bytes, Size reads %d", n, size)
+			}
+		})
+	}
+}
+
+// TestApplyFileOverListedDirectories: a file that replaces a directory
+// listed earlier with its subdirectories is a valid layer.
+func TestApplyFileOverListedDirectories(t *testing.T) {
+	root := t.TempDir()
+	mustApply(t, root, mkTar(t, dir("x/", 0o755), dir("x/y/", 0o755), reg("x", "file", 0o644)), ApplyOptions{})
+	equalLists(t, "tree", tree(t, root), []string{"x: file 0644 0:0 4 " + sha("file") + " mtime=1700000000.123456789"})
+}
