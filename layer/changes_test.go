@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"path"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -314,4 +316,128 @@ func describeLayers(t *testing.T, layers []string) [][]string {
 		out = append(out, tree(t, l))
 	}
 	return out
+}
+
+// fuzzLayers builds layer directories under base from fuzz bytes, two per
+// entry: the first picks a path of a small namespace (so that layers
+// collide) and what to put there, or ends the layer; the second picks
+// content, mode, owner and an xattr. It returns the layers bottom first,
+// at most three, none empty-handed: a layer that got no entry stays an
+// empty directory. Whiteouts appear in every layer but the bottom one.
+func fuzzLayers(t *testing.T, base string, data []byte) []string {
+	paths := []string{"a", "b", "c", "a/x", "a/y", "b/x", "a/x/z", "a/x/w", "b/x/z", "c/q"}
+	bodies := []string{"", "1", "22", "333", "abc"}
+	layers := []string{filepath.Join(base, "l0")}
+	mkdirs(t, layers[0])
+	for n := 0; len(data) >= 2 && n < 40; n++ {
+		op, arg := data[0], data[1]
+		data = data[2:]
+		dir := layers[len(layers)-1]
+		kind := int(op) / len(paths) % 8
+		if kind == 7 {
+			if len(layers) == 3 {
+				break
+			}
+			layers = append(layers, filepath.Join(base, fmt.Sprint("l", len(layers))))
+			mkdirs(t, layers[len(layers)-1])
+			continue
+		}
+		p := paths[int(op)%len(paths)]
+		// Parents must be directories in this layer, and the path free.
+		ok := true
+		for q := filepath.Dir(p); q != "."; q = filepath.Dir(q) {
+			var st unix.Stat_t
+			if err := unix.Lstat(filepath.Join(dir, q), &st); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				ok = false
+			}
+		}
+		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil || !ok {
+			continue
+		}
+		body := bodies[int(arg)%len(bodies)]
+		var e fsEnt
+		switch {
+		case kind < 3:
+			e = f(p, body)
+			if arg&0x10 != 0 {
+				e = e.withMode(0o600)
+			}
+		case kind == 3:
+			e = d(p)
+		case kind == 4:
+			e = d(p).with("trusted.overlay.opaque", "y")
+		case kind == 5:
+			e = l(p, body+"t")
+		case len(layers) > 1:
+			e = wh(p)
+		default:
+			e = f(p, "x")
+		}
+		if arg&0x20 != 0 && e.kind != 'w' {
+			e = e.withOwner(1)
+		}
+		if arg&0x40 != 0 {
+			e = e.with("trusted.note", body+"v")
+		}
+		build(t, dir, e)
+	}
+	return layers
+}
+
+// FuzzChanges runs Changes on layer stacks built from the fuzz input: the
+// top layer over no lower (a layer against the empty tree) or over one or
+// two lowers. The result must be sorted by path without duplicates, every
+// path must be where its kind says (added and changed paths in the new
+// merged tree, deleted and changed ones in the old, added ones not in the
+// old, deleted ones not in the new), and it must equal TreeChanges on the
+// flattened trees, as documented. TreeChanges from no tree lists every
+// path of the new tree as added, once.
+func FuzzChanges(f *testing.F) {
+	f.Fuzz(func(t *testing.T, data []byte) {
+		base := t.TempDir()
+		layers := fuzzLayers(t, base, data) // bottom first
+		upper := layers[len(layers)-1]
+		lowers := reversed(layers[:len(layers)-1]) // top first
+		flatOld, flatNew := filepath.Join(base, "old"), filepath.Join(base, "new")
+		flatten(t, flatOld, layers[:len(layers)-1]...)
+		flatten(t, flatNew, layers...)
+		ctx := context.Background()
+
+		native, err := Changes(ctx, upper, lowers, ExportOptions{Lowers: lowers})
+		if err != nil {
+			t.Fatalf("Changes: %v", err)
+		}
+		exists := func(root, p string) bool {
+			_, err := os.Lstat(filepath.Join(root, p))
+			return err == nil
+		}
+		for i, c := range native {
+			if !strings.HasPrefix(c.Path, "/") || c.Path == "/" || path.Clean(c.Path) != c.Path {
+				t.Fatalf("change %v: not a clean absolute path below the root", c)
+			}
+			if i > 0 && native[i-1].Path >= c.Path {
+				t.Fatalf("changes not sorted and unique: %v then %v", native[i-1], c)
+			}
+			inOld, inNew := exists(flatOld, c.Path), exists(flatNew, c.Path)
+			if ok := map[ChangeKind]bool{ChangeAdd: inNew && !inOld, ChangeModify: inNew && inOld, ChangeDelete: inOld && !inNew}[c.Kind]; !ok {
+				t.Fatalf("change %v: in the old tree %v, in the new %v", c, inOld, inNew)
+			}
+		}
+		ref, err := TreeChanges(ctx, flatOld, flatNew)
+		if err != nil {
+			t.Fatalf("TreeChanges: %v", err)
+		}
+		equalLists(t, "Changes against TreeChanges", changeStrings(native), changeStrings(ref))
+
+		all, err := TreeChanges(ctx, "", flatNew)
+		if err != nil {
+			t.Fatalf("TreeChanges from no tree: %v", err)
+		}
+		var want []string
+		for _, line := range tree(t, flatNew) {
+			want = append(want, "A /"+line[:strings.Index(line, ": ")])
+		}
+		sort.Strings(want)
+		equalLists(t, "TreeChanges from no tree", changeStrings(all), want)
+	})
 }
