@@ -26,7 +26,7 @@ GUEST_FLAGS = -fs $(FS) $(if $(RUN),-run '$(RUN)')
 OVLVM = go run ./cmd/ovlvm
 
 .PHONY: all deps kernel kernel-stock kernel-patched run test host-test \
-	guest-test selftest series-check lint bench-pipeline clean
+	guest-test selftest series-check lint bench-pipeline clean fuzz fuzz-short
 
 all: deps kernel-$(KERNEL)
 	@mkdir -p $(OUT)
@@ -47,7 +47,7 @@ kernel-patched: deps
 kernel-%: deps
 	@scripts/kernel.sh build $*
 
-test: deps lint host-test kernel guest-test selftest series-check
+test: deps lint host-test fuzz-short kernel guest-test selftest series-check
 	@echo "make test: all checks passed"
 
 lint:
@@ -60,6 +60,36 @@ lint:
 host-test:
 	@mkdir -p $(OUT)
 	set -o pipefail; go test -json -count=1 ./... | $(OVLVM) junit -label host -o $(OUT)/junit-host.xml
+
+# Every Fuzz target of the repository, one after the other, for FUZZTIME
+# each (fuzz) or FUZZTIME_SHORT each (fuzz-short, part of make test). The
+# targets make and remove thousands of small trees, so they run in a
+# temporary directory on tmpfs where there is one: on a disk filesystem a
+# busy journal stalls every removal.
+FUZZTIME ?= 2m
+FUZZTIME_SHORT ?= 10s
+FUZZ_TMPDIR ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
+
+define run-fuzz
+	@set -e; \
+	targets=$$(grep -ro --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . \
+		| sed -n 's|^\./\(.*\)/[^/]*:func \(Fuzz.*\)|\1:\2|p' | sort -u); \
+	total=$$(echo $$targets | wc -w); n=0; \
+	tmp=$$(mktemp -d $(FUZZ_TMPDIR)/ovlkit-fuzz.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	for t in $$targets; do \
+		n=$$((n + 1)); pkg=./$${t%%:*}; name=$${t#*:}; start=$$(date +%s); \
+		echo "fuzz [$$n/$$total] $$pkg $$name for $(1)"; \
+		TMPDIR=$$tmp go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(1) $$pkg \
+			|| { echo "fuzz: $$name failed; the failing input is under $$pkg/testdata/fuzz/$$name" >&2; exit 1; }; \
+		echo "fuzz [$$n/$$total] $$name: passed in $$(( $$(date +%s) - start ))s"; \
+	done
+endef
+
+fuzz:
+	$(call run-fuzz,$(FUZZTIME))
+
+fuzz-short:
+	$(call run-fuzz,$(FUZZTIME_SHORT))
 
 guest-test:
 	@mkdir -p $(OUT)
