@@ -9,6 +9,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -64,10 +65,15 @@ func run() error {
 		return err
 	}
 	timeout := durationEnv("OVLKIT_TEST_TIMEOUT", 10*time.Minute)
+	kmsg := openKmsgWriter()
+	if kmsg != nil {
+		defer kmsg.Close()
+	}
 	for _, e := range entries {
-		runBinary(w, e, timeout)
+		runBinary(w, kmsg, e, timeout)
 		w.Flush()
 	}
+	checkLockdep(w)
 	dumpKmsg(w)
 	fmt.Fprintf(w, "%sdone\n", tag)
 	return nil
@@ -162,7 +168,9 @@ func durationEnv(name string, def time.Duration) time.Duration {
 // runBinary runs one test binary with its output framed by begin and end
 // records. The test's own -test.timeout makes a hung test panic with a
 // goroutine dump; the context kill is the backstop when even that hangs.
-func runBinary(w io.Writer, e entry, timeout time.Duration) {
+// Each test start is also noted in the kernel log (see testMarker), so a
+// kernel report can be traced to the test that was running.
+func runBinary(w io.Writer, kmsg *os.File, e entry, timeout time.Duration) {
 	args := []string{
 		"-test.v=test2json",
 		"-test.count=1",
@@ -182,12 +190,14 @@ func runBinary(w io.Writer, e entry, timeout time.Duration) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e.binary, args...)
 	cmd.Dir = e.dir
-	cmd.Stdout = w
-	cmd.Stderr = w
+	out := &testMarker{w: w, kmsg: kmsg, pkg: e.pkg}
+	cmd.Stdout = out
+	cmd.Stderr = out
 	cmd.Env = append(os.Environ(), "TMPDIR=/tmp")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	start := time.Now()
 	err := cmd.Run()
+	out.flush()
 	code := 0
 	if err != nil {
 		code = -1
@@ -246,4 +256,106 @@ func formatKmsg(rec string) string {
 	var usec int64
 	fmt.Sscan(f[2], &usec)
 	return fmt.Sprintf("[%5d.%06d] %s", usec/1e6, usec%1e6, msg)
+}
+
+// markerPrefix starts the kernel log line that names the test that starts
+// running; keep in sync with vm/splat.go.
+const markerPrefix = "ovlkit: run "
+
+func openKmsgWriter() *os.File {
+	f, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
+	if err != nil {
+		log.Printf("kernel log markers: %v", err)
+		return nil
+	}
+	return f
+}
+
+// testMarker passes a test binary's output through and writes one kernel
+// log line for each test that starts or resumes ("=== RUN", "=== CONT"),
+// so the kernel log and the console show which test ran when a kernel
+// report came. The line is written when the test announces itself, before
+// it does anything, so a report after the marker belongs to that test or a
+// later one.
+type testMarker struct {
+	w       io.Writer
+	kmsg    *os.File
+	pkg     string
+	partial []byte
+}
+
+func (m *testMarker) Write(b []byte) (int, error) {
+	if m.kmsg != nil {
+		m.partial = append(m.partial, b...)
+		for {
+			i := bytes.IndexByte(m.partial, '\n')
+			if i < 0 {
+				break
+			}
+			m.mark(string(m.partial[:i]))
+			m.partial = m.partial[i+1:]
+		}
+	}
+	return m.w.Write(b)
+}
+
+func (m *testMarker) flush() {
+	if len(m.partial) > 0 {
+		m.mark(string(m.partial))
+		m.partial = nil
+	}
+}
+
+func (m *testMarker) mark(line string) {
+	// -test.v=test2json frames its lines with a leading 0x16.
+	line = strings.TrimLeft(line, "\x16")
+	for _, p := range []string{"=== RUN ", "=== CONT "} {
+		if name, ok := strings.CutPrefix(line, p); ok {
+			// <14>: user facility, info level: on the console and in
+			// the log, never mistaken for a kernel report.
+			fmt.Fprintf(m.kmsg, "<14>%s%s %s\n", markerPrefix, m.pkg, strings.TrimSpace(name))
+			return
+		}
+	}
+}
+
+// checkLockdep reports, as a note the host fails the run on, a kernel with
+// lockdep whose validator was turned off during the run: lockdep reports
+// only the first problem it finds and then stops checking, and other
+// reports (KASAN, a taint) turn it off too, so a lockdep report after that
+// point was never made. With OVLKIT_LOCKDEP=required a kernel without
+// lockdep is an error as well.
+func checkLockdep(w io.Writer) {
+	b, err := os.ReadFile("/proc/lockdep_stats")
+	if err != nil {
+		if os.Getenv("OVLKIT_LOCKDEP") == "required" {
+			fmt.Fprintf(w, "%snote lockdep: required but the kernel has none: %v\n", tag, err)
+		}
+		return
+	}
+	v, ok := lockdepDebugLocks(string(b))
+	switch {
+	case !ok:
+		fmt.Fprintf(w, "%snote lockdep: no debug_locks line in /proc/lockdep_stats\n", tag)
+	case v != 1:
+		fmt.Fprintf(w, "%snote lockdep: turned off during the run (debug_locks %d at the end): reports after that point were not made\n", tag, v)
+	default:
+		log.Print("lockdep: still on at the end of the run")
+	}
+}
+
+// lockdepDebugLocks reads the " debug_locks: N" line of /proc/lockdep_stats.
+func lockdepDebugLocks(stats string) (int, bool) {
+	for _, line := range strings.Split(stats, "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(k) != "debug_locks" {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscan(strings.TrimSpace(v), &n); err != nil {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
 }
