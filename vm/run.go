@@ -230,6 +230,16 @@ func (r *Result) judge(c Config, resultsPath string, console []string) error {
 		if strings.Contains(n, "exit status") || strings.Contains(n, "signal") {
 			continue // already reported through the binary's exit code
 		}
+		if strings.HasPrefix(n, "lockdep: turned off") {
+			// Say what turned it off, and during which test.
+			causes := LockdepOffCauses(g.Kmsg)
+			if len(causes) == 0 {
+				causes = LockdepOffCauses(console)
+			}
+			if len(causes) > 0 {
+				n += "; turned off by:\n    " + strings.Join(causes, "\n    ")
+			}
+		}
 		r.Problems = append(r.Problems, "guest: "+n)
 	}
 	if !g.Done {
@@ -247,7 +257,8 @@ func (r *Result) judge(c Config, resultsPath string, console []string) error {
 		}
 	}
 	for _, s := range r.Splats {
-		r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
+		r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report while %s was running:\n%s",
+			s.Kind, orNone(s.Test), strings.Join(s.Excerpt, "\n")))
 	}
 	r.Tests = collectTests(r.Events)
 	r.Problems = append(r.Problems, judge(r.Tests, c.Stock)...)

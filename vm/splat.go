@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 )
@@ -10,7 +11,14 @@ import (
 type Splat struct {
 	Kind    string   // what matched, e.g. "WARNING"
 	Excerpt []string // the report, from its first line to its end marker
+	// Test is the guest test that was running, "package Test/sub", from
+	// the last test marker before the report ("" before the first test).
+	Test string
 }
+
+// testMarker matches the kernel log line the guest writes when a test
+// starts or resumes (initramfs/ovlinit, markerPrefix).
+var testMarker = regexp.MustCompile(`ovlkit: run (\S+ \S+)`)
 
 var splatStart = []struct {
 	kind string
@@ -30,6 +38,10 @@ var splatStart = []struct {
 
 var splatEnd = regexp.MustCompile(`---\[ end (trace|Kernel panic)`)
 
+// sanitizerEnd is the rule of '=' that closes a KASAN, KFENCE or UBSAN
+// report (they have no end-trace line).
+var sanitizerEnd = regexp.MustCompile(`={40,}`)
+
 // maxExcerpt bounds a report whose end marker never came (the guest died).
 const maxExcerpt = 60
 
@@ -37,7 +49,12 @@ const maxExcerpt = 60
 // noise before the timestamp; matching is on substrings.
 func FindSplats(lines []string) []Splat {
 	var out []Splat
+	test := ""
 	for i := 0; i < len(lines); i++ {
+		if m := testMarker.FindStringSubmatch(lines[i]); m != nil {
+			test = m[1]
+			continue
+		}
 		kind := ""
 		for _, s := range splatStart {
 			if s.re.MatchString(lines[i]) {
@@ -53,17 +70,60 @@ func FindSplats(lines []string) []Splat {
 			kind = "lockdep"
 		}
 		j := i
+		end := 0
 		for ; j < len(lines) && j-i < maxExcerpt; j++ {
-			if j > i && splatEnd.MatchString(lines[j]) {
+			if j == i {
+				continue
+			}
+			if splatEnd.MatchString(lines[j]) || sanitizerEnd.MatchString(lines[j]) {
+				end = j + 1
+				break
+			}
+			// A report without an end line (lockdep's) is over when
+			// the next test starts.
+			if testMarker.MatchString(lines[j]) {
+				end = j
 				break
 			}
 		}
-		end := j + 1
-		if end > len(lines) {
-			end = len(lines)
+		if end == 0 {
+			end = j
+			if end > len(lines) {
+				end = len(lines)
+			}
 		}
-		out = append(out, Splat{Kind: kind, Excerpt: append([]string(nil), lines[i:end]...)})
+		out = append(out, Splat{Kind: kind, Excerpt: append([]string(nil), lines[i:end]...), Test: test})
 		i = end - 1
 	}
 	return out
+}
+
+// lockdepOff matches the kernel's messages for turning lockdep off: its own
+// "turning off the locking correctness validator" after a report or an
+// overflow, and a taint that makes lock debugging unreliable (KASAN, BUG).
+var lockdepOff = regexp.MustCompile(`turning off the locking correctness validator|Disabling lock debugging due to kernel taint`)
+
+// LockdepOffCauses lists the kernel log lines that turned lockdep off, each
+// with the test that was running, for a run whose guest found lockdep off
+// at its end.
+func LockdepOffCauses(lines []string) []string {
+	var out []string
+	test := ""
+	for _, l := range lines {
+		if m := testMarker.FindStringSubmatch(l); m != nil {
+			test = m[1]
+			continue
+		}
+		if lockdepOff.MatchString(l) {
+			out = append(out, fmt.Sprintf("%s (while %s was running)", strings.TrimSpace(l), orNone(test)))
+		}
+	}
+	return out
+}
+
+func orNone(test string) string {
+	if test == "" {
+		return "no test"
+	}
+	return test
 }
