@@ -73,7 +73,7 @@ type applier struct {
 	times   map[string]dirTimes // directory times to set once all entries are in
 	dirty   map[string]bool     // directories to fsync when opts.Sync
 	buf     []byte
-	size    int64
+	size    int64 // bytes of regular file entries so far, for MaxSize
 	// euid and egid own what Apply creates, unless a setgid directory
 	// passes its group on; a file already owned as its entry says needs
 	// no chown.
@@ -157,7 +157,15 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 	if err := a.finish(); err != nil {
 		return a.size, err
 	}
-	return a.size, nil
+	// a.size counts every regular file entry as it is read, which is what
+	// MaxSize limits; entries that later ones replaced or whited out are
+	// not in the layer, and the size recorded for it must be what Size
+	// reads back from it.
+	n, err := size(root)
+	if err != nil {
+		return a.size, err
+	}
+	return n, nil
 }
 
 func (a *applier) close() {

@@ -11,8 +11,8 @@ import (
 
 // FuzzApply feeds arbitrary streams to Apply. Whatever the input, Apply
 // must not panic or hang, nothing outside the root may change, and a layer
-// it accepts must export and apply again to the same tree, root included:
-// apply(export(apply(t))) == apply(t).
+// it accepts must have the size Apply returned and export and apply again
+// to the same tree, root included: apply(export(apply(t))) == apply(t).
 func FuzzApply(f *testing.F) {
 	f.Add(richLayer(f))
 	f.Add(gzipped(f, richLayer(f)))
@@ -30,7 +30,7 @@ func FuzzApply(f *testing.F) {
 		writeFile(t, filepath.Join(victim, "hello"), "hello", 0o644)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err := Apply(ctx, root, bytes.NewReader(data), ApplyOptions{MaxSize: 16 << 20})
+		n, err := Apply(ctx, root, bytes.NewReader(data), ApplyOptions{MaxSize: 16 << 20})
 		if got, rerr := os.ReadFile(filepath.Join(victim, "hello")); rerr != nil || string(got) != "hello" {
 			t.Fatalf("victim changed: %q %v", got, rerr)
 		}
@@ -42,6 +42,10 @@ func FuzzApply(f *testing.F) {
 		}
 		if err != nil || ctx.Err() != nil {
 			return
+		}
+		// The size the store records must be what its check reads back.
+		if size, err := Size(root); err != nil || size != n {
+			t.Fatalf("Apply returned %d content bytes, Size reads %d (%v)", n, size, err)
 		}
 		var buf bytes.Buffer
 		if err := Export(ctx, &buf, root, ExportOptions{}); err != nil {

@@ -69,9 +69,10 @@ type ApplyOptions struct {
 	// directory does not hide the lower's permissions behind 0755 root.
 	// Without lowers such directories are created 0755 and owned by 0:0.
 	Lowers []string
-	// MaxSize, when positive, refuses a layer whose regular files add up
-	// to more bytes: a few kilobytes of sparse entries can otherwise
-	// describe terabytes of zeros to read through.
+	// MaxSize, when positive, refuses a layer whose regular file entries
+	// add up to more bytes (entries a later one replaces count too: they
+	// were read all the same): a few kilobytes of sparse entries can
+	// otherwise describe terabytes of zeros to read through.
 	MaxSize int64
 }
 
@@ -152,8 +153,10 @@ func (e *EntryError) Unwrap() error { return e.Err }
 // Apply reads a tar stream (plain, gzip or zstd, detected from the magic)
 // and unpacks it beneath root, converting .wh. entries. Every path is
 // resolved beneath root; hostile entries fail with an error naming the
-// entry. It returns the number of content bytes written (the sizes of the
-// regular files, hard links not counted again).
+// entry. It returns the content size of root afterwards, as Size reports
+// it: the sizes of the regular files the layer leaves, hard links not
+// counted again, entries that later ones replaced or whited out not at
+// all.
 //
 // On error root may hold a partial tree: callers apply into a staging
 // directory and discard it.
