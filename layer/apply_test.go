@@ -618,3 +618,64 @@ func TestApplyFileOverListedDirectories(t *testing.T) {
 	mustApply(t, root, mkTar(t, dir("x/", 0o755), dir("x/y/", 0o755), reg("x", "file", 0o644)), ApplyOptions{})
 	equalLists(t, "tree", tree(t, root), []string{"x: file 0644 0:0 4 " + sha("file") + " mtime=1700000000.123456789"})
 }
+
+// TestApplyOwnerThroughAlias: what Apply remembers about a directory
+// (the group a new file gets there) belongs to the directory, not to the
+// tar path it was reached by. Here g turns setgid after a file went in
+// through the alias l; the next file through l must still end up 0:0.
+func TestApplyOwnerThroughAlias(t *testing.T) {
+	g := dir("g/", 0o2755)
+	g.hdr.Gid = 50
+	root := t.TempDir()
+	mustApply(t, root, mkTar(t, dir("g/", 0o755), symlink("l", "g"), reg("l/a", "a", 0o644), g, reg("l/b", "b", 0o644)), ApplyOptions{})
+	mt := " mtime=1700000000.123456789"
+	equalLists(t, "tree", tree(t, root), []string{
+		"g: dir 2755 0:50",
+		"g/a: file 0644 0:0 1 " + sha("a") + mt,
+		"g/b: file 0644 0:0 1 " + sha("b") + mt,
+		"l: symlink 0:0 -> g" + mt,
+	})
+}
+
+// TestApplyRootOpaqueThroughAlias: an opaque marker that reaches the
+// root through a symlink marks the root opaque like one at the top of
+// the tar, so the lowers' root entries are whited out.
+func TestApplyRootOpaqueThroughAlias(t *testing.T) {
+	lower := t.TempDir()
+	writeFile(t, filepath.Join(lower, "old"), "o", 0o644)
+	upper := t.TempDir()
+	mustApply(t, upper, mkTar(t, symlink("l", "."), reg("l/.wh..wh..opq", "", 0o755)), ApplyOptions{Lowers: []string{lower}})
+	equalLists(t, "merged view", mergedNames(t, []string{upper, lower}), []string{"l"})
+}
+
+// TestApplySymlinkResolvedNotLexical: a relative symlink target is
+// judged by where it resolves in the layer, following the layer's own
+// symlinks, not by counting its components.
+func TestApplySymlinkResolvedNotLexical(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries []ent
+		failOn  string
+	}{
+		{"through a link to the root", []ent{symlink("d", "."), symlink("up", "d/..")}, "up"},
+		{"link to the root comes later", []ent{symlink("up", "d/.."), symlink("d", ".")}, "up"},
+		{"through a chain", []ent{dir("a/", 0o755), symlink("a/r", ".."), symlink("a/up", "r/../x")}, "a/up"},
+		// Lexically s/../.. climbs above the root; s leads two levels
+		// down, so it stays inside.
+		{"inside through a deeper link", []ent{dir("a/b/c/", 0o755), symlink("s", "a/b/c"), symlink("up", "s/../..")}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := applyBytes(t, t.TempDir(), mkTar(t, tc.entries...), ApplyOptions{})
+			if tc.failOn == "" {
+				if err != nil {
+					t.Fatalf("Apply: %v", err)
+				}
+				return
+			}
+			var ee *EntryError
+			if !errors.Is(err, ErrUnsafePath) || !errors.As(err, &ee) || ee.Name != tc.failOn {
+				t.Fatalf("got %v, want ErrUnsafePath naming %q", err, tc.failOn)
+			}
+		})
+	}
+}
