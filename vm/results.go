@@ -47,6 +47,9 @@ type Test struct {
 	Output  string
 	Proves  []string // patch subjects declared with guesttest.Proves
 	Keeps   []string // behaviour declared kept with guesttest.Keeps
+	// Elsewhere are the Proves subjects that are patches of another
+	// base's series but not of this one: ScopeProofs moved them to Keeps.
+	Elsewhere []string
 	// Kind is what the nearest declaration, on the test or an enclosing
 	// test, makes of it; set by judge.
 	Kind Kind
@@ -160,14 +163,17 @@ func collectTests(evs []Event) []*Test {
 // expected, and never when it is a keeps test; a test that declared a proof
 // itself and passes is an unexpected pass.
 func judge(tests []*Test, stock bool) []string {
+	problems := declare(tests)
+	grade(tests, stock)
+	return problems
+}
+
+// declare sets each test's Kind from its declarations and those of the
+// tests enclosing it, and returns the contradictions among them.
+func declare(tests []*Test) []string {
 	byName := map[string]*Test{}
-	children := map[string][]*Test{}
 	for _, t := range tests {
 		byName[t.Package+"\x00"+t.Name] = t
-		if i := strings.LastIndex(t.Name, "/"); i >= 0 {
-			k := t.Package + "\x00" + t.Name[:i]
-			children[k] = append(children[k], t)
-		}
 	}
 	// declaring returns the nearest enclosing test (not t itself) with a
 	// declaration, or nil.
@@ -215,6 +221,20 @@ func judge(tests []*Test, stock bool) []string {
 				suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), p.Name, strings.Join(p.Keeps, "; ")))
 		}
 	}
+	return problems
+}
+
+// grade sets each test's Status from its result and Kind: on the stock
+// kernel a failing proof test is expected, a passing one that declared the
+// proof itself is not.
+func grade(tests []*Test, stock bool) {
+	children := map[string][]*Test{}
+	for _, t := range tests {
+		if i := strings.LastIndex(t.Name, "/"); i >= 0 {
+			k := t.Package + "\x00" + t.Name[:i]
+			children[k] = append(children[k], t)
+		}
+	}
 	var excused func(t *Test) bool
 	excused = func(t *Test) bool {
 		if t.Kind == Kept {
@@ -253,7 +273,32 @@ func judge(tests []*Test, stock bool) []string {
 			t.Status = Pass
 		}
 	}
-	return problems
+}
+
+// rejudge applies declarations changed after judge (ScopeProofs turns
+// proofs into keeps): the kinds are derived again, contradictions not
+// reported yet are added, and the statuses graded again. The run does not
+// record whether it was the stock kernel's, and need not: expected-fail and
+// unexpected-pass arise only there, and turning a proof into a keeps test
+// can only take such statuses away, so without either the stock and the
+// patched grading agree.
+func (r *Result) rejudge() {
+	seen := map[string]bool{}
+	for _, p := range r.Problems {
+		seen[p] = true
+	}
+	for _, p := range declare(r.Tests) {
+		if !seen[p] {
+			r.Problems = append(r.Problems, p)
+		}
+	}
+	stock := false
+	for _, t := range r.Tests {
+		if t.Status == ExpectedFail || t.Status == UnexpectedPass {
+			stock = true
+		}
+	}
+	grade(r.Tests, stock)
 }
 
 func isBenchmark(name string) bool {

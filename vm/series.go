@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -57,4 +58,80 @@ func (r *Result) CheckProofs(subjects map[string]string) {
 			}
 		}
 	}
+}
+
+// ProofScope is what the proof declarations of a run on one kernel base
+// are checked against: the series of that base, and the subjects of the
+// other bases' series, so that a proof of a patch one base has and another
+// lacks is not taken for a typo on the second.
+type ProofScope struct {
+	Base     string
+	Subjects map[string]string // subject -> patch file, patches/<Base>/series
+	// Elsewhere maps a subject this base's series lacks to the bases
+	// whose series have it.
+	Elsewhere map[string][]string
+}
+
+// LoadProofScope reads patches/<base>/series and every other
+// patches/*/series under dir.
+func LoadProofScope(dir, base string) (*ProofScope, error) {
+	subjects, err := SeriesSubjects(filepath.Join(dir, base))
+	if err != nil {
+		return nil, fmt.Errorf("series of kernel base %s: %w", base, err)
+	}
+	s := &ProofScope{Base: base, Subjects: subjects, Elsewhere: map[string][]string{}}
+	others, err := filepath.Glob(filepath.Join(dir, "*", "series"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(others)
+	for _, f := range others {
+		other := filepath.Base(filepath.Dir(f))
+		if other == base {
+			continue
+		}
+		subj, err := SeriesSubjects(filepath.Dir(f))
+		if err != nil {
+			return nil, fmt.Errorf("series of kernel base %s: %w", other, err)
+		}
+		for p := range subj {
+			if _, ok := subjects[p]; !ok {
+				s.Elsewhere[p] = append(s.Elsewhere[p], other)
+			}
+		}
+	}
+	return s, nil
+}
+
+// ScopeProofs judges the proof declarations of r against the series of
+// the base it ran on. A proof of a patch that only other bases' series have
+// cannot fail on this base's stock kernel and pass on its patched one, as
+// both lack the patch; the test is judged as a keeps test instead (it must
+// pass on both kernels, or skip itself, which the table shows). A subject
+// no series has stays a problem (CheckProofs). ScopeProofs returns the
+// tests it turned into keeps tests.
+func (r *Result) ScopeProofs(s *ProofScope) []*Test {
+	var scoped []*Test
+	for _, t := range r.Tests {
+		var proves []string
+		for _, p := range t.Proves {
+			bases, elsewhere := s.Elsewhere[p]
+			if !elsewhere {
+				proves = append(proves, p)
+				continue
+			}
+			t.Elsewhere = append(t.Elsewhere, p)
+			t.Keeps = append(t.Keeps, fmt.Sprintf("what %q proves on %s (patches/%s lacks the patch)",
+				p, strings.Join(bases, ", "), s.Base))
+		}
+		if len(proves) != len(t.Proves) {
+			t.Proves = proves
+			scoped = append(scoped, t)
+		}
+	}
+	if len(scoped) > 0 {
+		r.rejudge()
+	}
+	r.CheckProofs(s.Subjects)
+	return scoped
 }

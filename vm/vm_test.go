@@ -2,6 +2,7 @@ package vm
 
 import (
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -553,5 +554,202 @@ func TestParseTSCkHz(t *testing.T) {
 		if khz, ok := parseTSCkHz(info); ok {
 			t.Errorf("%s: %d kHz, want none", name, khz)
 		}
+	}
+}
+
+// writeSeries makes dir/<base>/series listing one patch per subject.
+func writeSeries(t *testing.T, dir, base string, subjects ...string) {
+	t.Helper()
+	d := filepath.Join(dir, base)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	series := "# series of " + base + "\n"
+	for i, s := range subjects {
+		name := fmt.Sprintf("%04d-p.patch", i+1)
+		patch := fmt.Sprintf("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH %d/%d] %s\n\nbody\n", i+1, len(subjects), s)
+		if err := os.WriteFile(filepath.Join(d, name), []byte(patch), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		series += name + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(d, "series"), []byte(series), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLoadProofScope(t *testing.T) {
+	dir := t.TempDir()
+	writeSeries(t, dir, "6.1", "ovl: only old", "ovl: both")
+	writeSeries(t, dir, "6.12", "ovl: both", "ovl: only new")
+	writeSeries(t, dir, "6.13") // an empty series: a comment line only
+
+	s, err := LoadProofScope(dir, "6.12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Subjects) != 2 || s.Subjects["ovl: only new"] == "" || s.Subjects["ovl: both"] == "" {
+		t.Errorf("6.12 subjects %q", s.Subjects)
+	}
+	if got := s.Elsewhere["ovl: only old"]; len(got) != 1 || got[0] != "6.1" {
+		t.Errorf("elsewhere of \"ovl: only old\" = %q, want [6.1]", got)
+	}
+	if _, ok := s.Elsewhere["ovl: both"]; ok {
+		t.Error("a subject of this base's series counts as elsewhere")
+	}
+
+	s, err = LoadProofScope(dir, "6.13")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Subjects) != 0 || len(s.Elsewhere) != 3 {
+		t.Errorf("empty series: subjects %q, elsewhere %q", s.Subjects, s.Elsewhere)
+	}
+	if got := s.Elsewhere["ovl: both"]; len(got) != 2 || got[0] != "6.1" || got[1] != "6.12" {
+		t.Errorf("elsewhere of \"ovl: both\" = %q, want [6.1 6.12]", got)
+	}
+
+	if _, err := LoadProofScope(dir, "7.0"); err == nil {
+		t.Error("a base without a series is accepted")
+	}
+}
+
+// scopeRun judges the same guest output on one kernel and then scopes its
+// proofs to base.
+func scopeRun(t *testing.T, dir, base string, stock bool, evs []Event) (*Result, map[string]*Test, []*Test) {
+	t.Helper()
+	s, err := LoadProofScope(dir, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Result{Label: "k", Tests: collectTests(evs)}
+	r.Problems = judge(r.Tests, stock)
+	scoped := r.ScopeProofs(s)
+	byName := map[string]*Test{}
+	for _, tt := range r.Tests {
+		byName[tt.Name] = tt
+	}
+	return r, byName, scoped
+}
+
+func TestScopeProofsOnBaseWithoutThePatch(t *testing.T) {
+	dir := t.TempDir()
+	writeSeries(t, dir, "6.1", "ovl: only old", "ovl: both")
+	writeSeries(t, dir, "6.12", "ovl: both")
+
+	// What both kernels of either base print when the behaviour of "only
+	// old" is missing: its proof tests fail, the "both" proof fails too.
+	missing := events("m/tests/guest/x",
+		"output TestOld "+proofMarker+"ovl: only old\n",
+		"fail TestOld/ext4",
+		"pass TestOld/xfs",
+		"fail TestOld",
+		"output TestOldAlready "+proofMarker+"ovl: only old\n",
+		"pass TestOldAlready",
+		"output TestOldCannot "+proofMarker+"ovl: only old\n",
+		"skip TestOldCannot",
+		"output TestParent/Old "+proofMarker+"ovl: only old\n",
+		"fail TestParent/Old",
+		"fail TestParent",
+		"output TestBoth "+proofMarker+"ovl: both\n",
+		"fail TestBoth",
+		"output TestTypo "+proofMarker+"ovl: only od\n",
+		"fail TestTypo",
+	)
+
+	// Stock 6.12: the proofs of "only old" are keeps tests there, so
+	// their failures are failures, not expected; a passing one passes.
+	r, got, scoped := scopeRun(t, dir, "6.12", true, missing)
+	want := map[string]Status{
+		"TestOld/ext4": Fail, "TestOld/xfs": Pass, "TestOld": Fail,
+		"TestOldAlready": Pass, "TestOldCannot": Skip,
+		"TestParent/Old": Fail, "TestParent": Fail,
+		"TestBoth": ExpectedFail, "TestTypo": ExpectedFail,
+	}
+	for name, w := range want {
+		if got[name].Status != w {
+			t.Errorf("stock 6.12 %s: %s, want %s", name, got[name].Status, w)
+		}
+	}
+	for _, name := range []string{"TestOld", "TestOld/ext4", "TestOldAlready", "TestOldCannot", "TestParent/Old"} {
+		if got[name].Kind != Kept {
+			t.Errorf("stock 6.12 %s: kind %q, want keeps", name, got[name].Kind)
+		}
+	}
+	if got["TestBoth"].Kind != Proof {
+		t.Errorf("TestBoth: kind %q, want proves", got["TestBoth"].Kind)
+	}
+	var names []string
+	for _, tt := range scoped {
+		names = append(names, tt.Name)
+		if len(tt.Proves) != 0 || len(tt.Elsewhere) != 1 || tt.Elsewhere[0] != "ovl: only old" ||
+			len(tt.Keeps) != 1 || !strings.Contains(tt.Keeps[0], "6.1") {
+			t.Errorf("%s after scoping: proves %q, elsewhere %q, keeps %q", tt.Name, tt.Proves, tt.Elsewhere, tt.Keeps)
+		}
+	}
+	if strings.Join(names, ",") != "TestOld,TestOldAlready,TestOldCannot,TestParent/Old" {
+		t.Errorf("scoped tests %q", names)
+	}
+	// The typo is still one, whatever the base.
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "TestTypo") {
+		t.Errorf("stock 6.12 problems %q", r.Problems)
+	}
+
+	// Patched 6.12: the same keeps tests, judged the same way.
+	_, got, _ = scopeRun(t, dir, "6.12", false, missing)
+	for name, w := range map[string]Status{"TestOld": Fail, "TestOldAlready": Pass, "TestParent": Fail, "TestBoth": Fail} {
+		if got[name].Status != w {
+			t.Errorf("patched 6.12 %s: %s, want %s", name, got[name].Status, w)
+		}
+	}
+
+	// Stock 6.1 has the patch in its series: nothing changes there.
+	_, got, scoped = scopeRun(t, dir, "6.1", true, missing)
+	if len(scoped) != 0 {
+		t.Errorf("6.1 scoped %d tests", len(scoped))
+	}
+	for name, w := range map[string]Status{"TestOld": ExpectedFail, "TestOldAlready": UnexpectedPass, "TestParent": ExpectedFail} {
+		if got[name].Status != w {
+			t.Errorf("stock 6.1 %s: %s, want %s", name, got[name].Status, w)
+		}
+	}
+}
+
+func TestScopeProofsSummaryAndContradictions(t *testing.T) {
+	dir := t.TempDir()
+	writeSeries(t, dir, "6.1", "ovl: only old", "ovl: both")
+	writeSeries(t, dir, "6.12", "ovl: both")
+	evs := events("m/tests/guest/x",
+		"output TestOld "+proofMarker+"ovl: only old\n",
+		"pass TestOld/ext4",
+		"pass TestOld",
+		// A proof of a patch 6.12 has inside one it lacks: on 6.12 the
+		// outer test must pass on stock while the inner one must fail.
+		"output TestNested "+proofMarker+"ovl: only old\n",
+		"output TestNested/Both "+proofMarker+"ovl: both\n",
+		"pass TestNested/Both",
+		"pass TestNested",
+	)
+	r, _, _ := scopeRun(t, dir, "6.12", false, evs)
+	rows := Summarize(r.Tests)
+	keeps, proves := 0, 0
+	for _, row := range rows {
+		keeps += row.Keeps
+		proves += row.Proves
+	}
+	if keeps != 1 || proves != 1 {
+		t.Errorf("keeps %d, proves %d; want 1 (TestOld/ext4) and 1 (TestNested/Both)", keeps, proves)
+	}
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "TestNested/Both proves") {
+		t.Errorf("problems %q", r.Problems)
+	}
+	// Scoping twice reports the contradiction once.
+	s, err := LoadProofScope(dir, "6.12")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ScopeProofs(s)
+	if len(r.Problems) != 1 {
+		t.Errorf("problems after scoping twice %q", r.Problems)
 	}
 }
