@@ -12,7 +12,9 @@
 //	                         JUnit XML (for the host unit tests)
 //
 // Kernels are named like scripts/kernel.sh names trees (stock, patched, or a
-// development tree) or given as a path to a bzImage.
+// development tree) or given as a path to a bzImage. -kbase (default $KBASE,
+// else 6.1) chooses the kernel base: the trees of linux-source-<kbase> and
+// the series patches/<kbase> that proof declarations are judged against.
 package main
 
 import (
@@ -69,6 +71,7 @@ func usage() {
 // options are the flags every command shares.
 type options struct {
 	top      string
+	kbase    string
 	cache    string
 	pkgs     multiFlag
 	run      string
@@ -91,6 +94,8 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.top, "C", ".", "ovlkit source tree")
+	fs.StringVar(&o.kbase, "kbase", envOr("KBASE", defaultKBase),
+		"kernel base: kernel trees of linux-source-KBASE, proofs judged against patches/KBASE")
 	fs.StringVar(&o.cache, "cache", defaultCache(), "cache directory (initramfs, accelerator probe, run dirs)")
 	fs.Var(&o.pkgs, "pkg", "guest test package pattern (repeatable; default ./tests/guest/... and ./cmd/ovlgraph)")
 	fs.StringVar(&o.run, "run", "", "run only guest tests matching this regexp")
@@ -108,6 +113,10 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.BoolVar(&o.verbose, "v", false, "show the guest console")
 	fs.Var(&o.env, "env", "KEY=VALUE for the guest tests (repeatable)")
 }
+
+// defaultKBase is the kernel base when neither -kbase nor $KBASE name one,
+// as in the Makefile and scripts/lib.sh.
+const defaultKBase = "6.1"
 
 func defaultCache() string {
 	if c := os.Getenv("CACHE"); c != "" {
@@ -217,21 +226,25 @@ func progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "ovlvm: "+format+"\n", args...)
 }
 
-// resolveKernel maps a tree name to its bzImage through scripts/kernel.sh.
-func resolveKernel(top, name string) (string, error) {
+// resolveKernel maps a tree name of kernel base kbase to its bzImage
+// through scripts/kernel.sh.
+func resolveKernel(top, kbase, name string) (string, error) {
 	if strings.Contains(name, "/") {
 		if _, err := os.Stat(name); err != nil {
 			return "", fmt.Errorf("kernel %s: %w", name, err)
 		}
 		return filepath.Abs(name)
 	}
-	out, err := exec.Command(filepath.Join(top, "scripts", "kernel.sh"), "path", name).Output()
+	cmd := exec.Command(filepath.Join(top, "scripts", "kernel.sh"), "path", name)
+	cmd.Env = append(os.Environ(), "KBASE="+kbase)
+	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("kernel.sh path %s: %w", name, err)
+		return "", fmt.Errorf("KBASE=%s kernel.sh path %s: %w", kbase, name, err)
 	}
 	p := strings.TrimSpace(string(out))
 	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("kernel %q is not built (%s missing): run scripts/kernel.sh build %s", name, p, name)
+		return "", fmt.Errorf("kernel %q of base %s is not built (%s missing): run KBASE=%s scripts/kernel.sh build %s",
+			name, kbase, p, kbase, name)
 	}
 	return p, nil
 }
@@ -303,12 +316,29 @@ func (p *linePrefixer) Write(b []byte) (int, error) {
 // report prints the table, writes the machine formats, and turns the
 // verdict into the command's error.
 func (h *harness) report(results ...*vm.Result) error {
-	subjects, err := vm.SeriesSubjects(filepath.Join(h.o.top, "patches", "6.1"))
+	scope, err := vm.LoadProofScope(filepath.Join(h.o.top, "patches"), h.o.kbase)
 	if err != nil {
 		return err
 	}
 	for _, r := range results {
-		r.CheckProofs(subjects)
+		// Proofs of patches this base's series lacks are keeps tests
+		// here; list them, so a skip or a failure among them reads as
+		// what it is.
+		scoped := r.ScopeProofs(scope)
+		if len(scoped) == 0 {
+			continue
+		}
+		count := map[vm.Status]int{}
+		for _, t := range scoped {
+			count[t.Status]++
+		}
+		progress("%s: %d tests prove patches that patches/%s lacks, judged as keeps tests here: %d passed, %d failed, %d skipped",
+			r.Label, len(scoped), h.o.kbase, count[vm.Pass], count[vm.Fail], count[vm.Skip])
+		for _, t := range scoped {
+			if t.Status != vm.Pass {
+				progress("    %s %s (%s): %s", t.Package, t.Name, strings.Join(t.Elsewhere, "; "), t.Status)
+			}
+		}
 	}
 	fmt.Println()
 	vm.WriteTable(os.Stdout, results...)
@@ -343,7 +373,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	kernelName := fs.String("kernel", "patched", "kernel: stock, patched, a tree name, or a bzImage path")
 	stock := fs.Bool("stock", false, "judge as the stock kernel (proof tests must fail); default: true for -kernel stock")
 	fs.Parse(args)
-	kernel, err := resolveKernel(o.top, *kernelName)
+	kernel, err := resolveKernel(o.top, o.kbase, *kernelName)
 	if err != nil {
 		return err
 	}
@@ -373,11 +403,11 @@ func cmdTest(ctx context.Context, args []string) error {
 	patched := fs.String("patched", "patched", "patched kernel")
 	stock := fs.String("stock", "stock", "stock kernel")
 	fs.Parse(args)
-	pk, err := resolveKernel(o.top, *patched)
+	pk, err := resolveKernel(o.top, o.kbase, *patched)
 	if err != nil {
 		return err
 	}
-	sk, err := resolveKernel(o.top, *stock)
+	sk, err := resolveKernel(o.top, o.kbase, *stock)
 	if err != nil {
 		return err
 	}
@@ -426,7 +456,7 @@ func cmdSelftest(ctx context.Context, args []string) error {
 	if len(o.pkgs) == 0 {
 		o.pkgs = multiFlag{"./tests/guest/harness"}
 	}
-	kernel, err := resolveKernel(o.top, *kernelName)
+	kernel, err := resolveKernel(o.top, o.kbase, *kernelName)
 	if err != nil {
 		return err
 	}
