@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,15 +40,24 @@ const (
 
 var zeroBlock [holeBlock]byte
 
-// cachedDir is an open directory beneath the root and the group a file
-// created in it gets.
-type cachedDir struct {
-	fd     int
+// dirRef is an open directory beneath the root and its identity. What
+// Apply remembers about a directory is keyed by the identity: a tar can
+// reach one directory by several paths (through symlinks), and one path
+// can name different directories over the course of a tar.
+type dirRef struct {
+	fd  int
+	key inodeKey
+}
+
+// dirMeta is what a file created in a directory inherits from it.
+type dirMeta struct {
 	newGid int
 	// defaultACL: files created here take their mode from a default ACL,
 	// not from the mode given to open and the umask.
 	defaultACL bool
 }
+
+func statKey(st *unix.Stat_t) inodeKey { return inodeKey{uint64(st.Dev), st.Ino} }
 
 type dirTimes struct {
 	atime, mtime unix.Timespec
@@ -66,22 +76,27 @@ type applier struct {
 	// cleaned relative path ("" is root). It is flushed whenever a
 	// directory or symlink is removed, since a cached path could then name
 	// a different directory than the descriptor.
-	dirs map[string]cachedDir
+	dirs map[string]dirRef
+	// meta caches dirMeta by directory; an entry goes when its directory's
+	// owner or mode changes, whatever path the change came through.
+	meta map[inodeKey]dirMeta
+	// links names the tar entry that made each symlink whose target
+	// climbs with "..": the final check of such targets reports it.
+	links map[inodeKey]string
 	// retired holds descriptors dropped from dirs during the current
 	// entry; callers may still hold them, so they close between entries.
 	retired []int
-	times   map[string]dirTimes // directory times to set once all entries are in
-	dirty   map[string]bool     // directories to fsync when opts.Sync
+	times   map[inodeKey]dirTimes // directory times to set once all entries are in
+	dirty   map[inodeKey]bool     // directories to fsync when opts.Sync
 	buf     []byte
 	size    int64 // bytes of regular file entries so far, for MaxSize
 	// euid and egid own what Apply creates, unless a setgid directory
 	// passes its group on; a file already owned as its entry says needs
 	// no chown.
 	euid, egid int
-	rootGid    int
-	// umask of the process, read once; rootACL is defaultACL of the root.
-	umask   uint32
-	rootACL bool
+	rootKey    inodeKey
+	// umask of the process, read once.
+	umask uint32
 	// rootOpaque records a .wh..wh..opq at the top of the tar. overlayfs
 	// ignores the opaque xattr on a layer's root, so with known lowers
 	// it is turned into whiteouts of everything the lowers show there.
@@ -103,9 +118,11 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		rootFd: rootFd,
 		opts:   opts,
 		prefix: prefix,
-		dirs:   make(map[string]cachedDir),
-		times:  make(map[string]dirTimes),
-		dirty:  make(map[string]bool),
+		dirs:   make(map[string]dirRef),
+		meta:   make(map[inodeKey]dirMeta),
+		links:  make(map[inodeKey]string),
+		times:  make(map[inodeKey]dirTimes),
+		dirty:  make(map[inodeKey]bool),
 		buf:    make([]byte, copyBufSize),
 	}
 	if len(opts.Lowers) > 0 {
@@ -117,8 +134,7 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 	if err := unix.Fstat(rootFd, &rootSt); err != nil {
 		return 0, fmt.Errorf("layer: stat apply root %s: %w", root, err)
 	}
-	a.rootGid = a.newGid(&rootSt)
-	a.rootACL = hasDefaultACL(rootFd)
+	a.rootKey = statKey(&rootSt)
 	a.umask = processUmask()
 
 	plain, closeDecomp, err := decompress(r)
@@ -174,21 +190,14 @@ func (a *applier) close() {
 	_ = unix.Close(a.rootFd)
 }
 
-// flushDirs forgets every cached directory descriptor.
+// flushDirs forgets every cached directory descriptor, and the metadata
+// cache with them, which keeps both bounded.
 func (a *applier) flushDirs() {
 	for k, d := range a.dirs {
 		a.retired = append(a.retired, d.fd)
 		delete(a.dirs, k)
 	}
-}
-
-// forget drops the cached descriptor of rel, whose owner or mode just
-// changed: the group it hands to new files may be different now.
-func (a *applier) forget(rel string) {
-	if d, ok := a.dirs[rel]; ok {
-		a.retired = append(a.retired, d.fd)
-		delete(a.dirs, rel)
-	}
+	clear(a.meta)
 }
 
 func (a *applier) closeRetired() {
@@ -206,15 +215,32 @@ func (a *applier) newGid(st *unix.Stat_t) int {
 	return a.egid
 }
 
-// dirGid is newGid for the cached directory rel.
-func (a *applier) dirGid(rel string) int {
-	if rel == "" {
-		return a.rootGid
+// dirMeta returns what a file created in d inherits from it.
+func (a *applier) dirMeta(d dirRef) (dirMeta, error) {
+	if m, ok := a.meta[d.key]; ok {
+		return m, nil
 	}
-	if d, ok := a.dirs[rel]; ok {
-		return d.newGid
+	var st unix.Stat_t
+	if err := unix.Fstat(d.fd, &st); err != nil {
+		return dirMeta{}, fmt.Errorf("stat directory: %w", err)
 	}
-	return -1 // unknown: always chown
+	m := dirMeta{newGid: a.newGid(&st), defaultACL: hasDefaultACL(d.fd)}
+	a.meta[d.key] = m
+	return m, nil
+}
+
+// changedDir records that base in pfd was just created, or had its owner
+// or mode changed, and returns its identity: what was cached about the
+// directory (or about an earlier one with the same inode number) is void.
+func (a *applier) changedDir(pfd int, base string) (inodeKey, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return inodeKey{}, fmt.Errorf("stat directory %q: %w", base, err)
+	}
+	key := statKey(&st)
+	delete(a.meta, key)
+	delete(a.times, key)
+	return key, nil
 }
 
 // cleanEntryName turns a tar entry name (or hard link target) into a
@@ -256,7 +282,7 @@ func splitRel(rel string) (dir, base string) {
 // missing directories on the way. Symlinks inside the tree are followed as
 // the kernel would, but resolution never leaves root (RESOLVE_BENEATH) and
 // never uses /proc magic links.
-func (a *applier) openDir(rel string) (int, error) {
+func (a *applier) openDir(rel string) (dirRef, error) {
 	return a.openDirMode(rel, openCreate)
 }
 
@@ -269,28 +295,25 @@ const (
 	// openNoReplace creates missing directories but reports a whiteout
 	// in the way as ENOTDIR.
 	openNoReplace
-	// openExisting creates nothing: a missing directory is ENOENT, a
-	// non-directory in the way ENOTDIR.
-	openExisting
 )
 
 // openDirMode is openDir with a choice of what to create.
-func (a *applier) openDirMode(rel string, mode openMode) (int, error) {
+func (a *applier) openDirMode(rel string, mode openMode) (dirRef, error) {
 	if rel == "" {
-		return a.rootFd, nil
+		return dirRef{fd: a.rootFd, key: a.rootKey}, nil
 	}
 	if d, ok := a.dirs[rel]; ok {
-		return d.fd, nil
+		return d, nil
 	}
 	fd, err := unix.Openat2(a.rootFd, rel, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	})
-	if mode != openExisting && (errors.Is(err, unix.ENOENT) || (mode == openCreate && errors.Is(err, unix.ENOTDIR))) {
+	if errors.Is(err, unix.ENOENT) || (mode == openCreate && errors.Is(err, unix.ENOTDIR)) {
 		// Missing, or in the way (a whiteout): mkparent creates what the
 		// tar left implicit and refuses anything else.
 		if err := a.mkparent(rel); err != nil {
-			return -1, err
+			return dirRef{}, err
 		}
 		fd, err = unix.Openat2(a.rootFd, rel, &unix.OpenHow{
 			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
@@ -299,9 +322,9 @@ func (a *applier) openDirMode(rel string, mode openMode) (int, error) {
 	}
 	if err != nil {
 		if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.ELOOP) {
-			return -1, fmt.Errorf("directory %q resolves outside the root: %w", rel, ErrUnsafePath)
+			return dirRef{}, fmt.Errorf("directory %q resolves outside the root: %w", rel, ErrUnsafePath)
 		}
-		return -1, fmt.Errorf("open directory %q: %w", rel, err)
+		return dirRef{}, fmt.Errorf("open directory %q: %w", rel, err)
 	}
 	if len(a.dirs) >= maxCachedDirs {
 		a.flushDirs()
@@ -309,10 +332,11 @@ func (a *applier) openDirMode(rel string, mode openMode) (int, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		_ = unix.Close(fd)
-		return -1, fmt.Errorf("stat directory %q: %w", rel, err)
+		return dirRef{}, fmt.Errorf("stat directory %q: %w", rel, err)
 	}
-	a.dirs[rel] = cachedDir{fd: fd, newGid: a.newGid(&st), defaultACL: hasDefaultACL(fd)}
-	return fd, nil
+	d := dirRef{fd: fd, key: statKey(&st)}
+	a.dirs[rel] = d
+	return d, nil
 }
 
 // hasDefaultACL reports whether a directory has a default ACL, or might:
@@ -346,15 +370,8 @@ func processUmask() uint32 {
 // setuid, setgid or sticky bit is involved (a chown clears the first two,
 // and nothing else of the mode), the umask removes nothing and no default
 // ACL replaces the umask.
-func (a *applier) createdWithMode(dir string, mode uint32) bool {
-	if mode&0o7000 != 0 || mode&a.umask != 0 {
-		return false
-	}
-	if dir == "" {
-		return !a.rootACL
-	}
-	d, ok := a.dirs[dir]
-	return ok && !d.defaultACL
+func (a *applier) createdWithMode(m dirMeta, mode uint32) bool {
+	return mode&0o7000 == 0 && mode&a.umask == 0 && !m.defaultACL
 }
 
 // mkparent creates the missing directory rel (and its missing parents) the
@@ -363,10 +380,11 @@ func (a *applier) createdWithMode(dir string, mode uint32) bool {
 // showed before.
 func (a *applier) mkparent(rel string) error {
 	dir, base := splitRel(rel)
-	pfd, err := a.openDir(dir)
+	parent, err := a.openDir(dir)
 	if err != nil {
 		return err
 	}
+	pfd := parent.fd
 	mode, uid, gid := uint32(0o755), 0, 0
 	var xattrs map[string][]byte
 	var times *dirTimes
@@ -397,11 +415,15 @@ func (a *applier) mkparent(rel string) error {
 			return err
 		}
 	}
-	if times != nil {
-		a.times[rel] = *times
+	key, err := a.changedDir(pfd, base)
+	if err != nil {
+		return fmt.Errorf("create parent directory %q: %w", rel, err)
 	}
-	a.dirty[dir] = true
-	a.dirty[rel] = true
+	if times != nil {
+		a.times[key] = *times
+	}
+	a.dirty[parent.key] = true
+	a.dirty[key] = true
 	return nil
 }
 
@@ -530,17 +552,22 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 		}
 		return a.rootDir(hdr, xattrs)
 	}
-	pfd, err := a.openDir(dir)
+	parent, err := a.openDir(dir)
 	if err != nil {
 		return err
 	}
-	a.dirty[dir] = true
+	pfd := parent.fd
+	a.dirty[parent.key] = true
 	mode := uint32(hdr.Mode) & 0o7777
 	switch hdr.Typeflag {
 	case tar.TypeReg, tar.TypeGNUSparse: // archive/tar reports TypeRegA as TypeReg
-		return a.regular(pfd, dir, base, hdr, tr, mode, xattrs, a.dirGid(dir))
+		m, err := a.dirMeta(parent)
+		if err != nil {
+			return err
+		}
+		return a.regular(pfd, base, hdr, tr, mode, xattrs, m)
 	case tar.TypeDir:
-		return a.directory(pfd, rel, base, hdr, mode, xattrs)
+		return a.directory(parent, base, hdr, mode, xattrs)
 	case tar.TypeSymlink:
 		return a.symlink(pfd, rel, base, hdr, xattrs)
 	case tar.TypeLink:
@@ -587,15 +614,16 @@ func checkWhiteoutNames(dir, base string, typ byte) (skip bool, err error) {
 // says.
 func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 	if base == whiteoutOpaque {
-		fd, err := a.openDir(dir)
+		d, err := a.openDir(dir)
 		if err != nil {
 			return err
 		}
-		if err := unix.Fsetxattr(fd, a.prefix+"opaque", []byte("y"), 0); err != nil {
+		if err := unix.Fsetxattr(d.fd, a.prefix+"opaque", []byte("y"), 0); err != nil {
 			return fmt.Errorf("mark %q opaque: %w", dir, err)
 		}
-		a.dirty[dir] = true
-		if dir == "" {
+		a.dirty[d.key] = true
+		// The root, however the tar reached it (l -> . makes l/ the root).
+		if d.key == a.rootKey {
 			a.rootOpaque = true
 		}
 		return nil
@@ -607,7 +635,7 @@ func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 	if err := checkIDs(hdr); err != nil {
 		return err
 	}
-	pfd, err := a.openDirMode(dir, openNoReplace)
+	parent, err := a.openDirMode(dir, openNoReplace)
 	if err != nil {
 		// A whiteout below a path this layer already whited out or
 		// replaced by a file is redundant, not an error.
@@ -616,7 +644,8 @@ func (a *applier) whiteout(dir, base string, hdr *tar.Header) error {
 		}
 		return err
 	}
-	a.dirty[dir] = true
+	pfd := parent.fd
+	a.dirty[parent.key] = true
 	if err := a.removeAt(pfd, name); err != nil {
 		return err
 	}
@@ -639,18 +668,14 @@ func (a *applier) rootDir(hdr *tar.Header, xattrs map[string][]byte) error {
 	if err := a.setXattrsFd(a.rootFd, xattrs); err != nil {
 		return err
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(a.rootFd, &st); err != nil {
-		return fmt.Errorf("stat root: %w", err)
-	}
-	a.rootGid = a.newGid(&st)
+	delete(a.meta, a.rootKey)
 	t := entryTimes(hdr)
-	a.times[""] = dirTimes{atime: t[0], mtime: t[1]}
-	a.dirty[""] = true
+	a.times[a.rootKey] = dirTimes{atime: t[0], mtime: t[1]}
+	a.dirty[a.rootKey] = true
 	return nil
 }
 
-func (a *applier) regular(pfd int, dir, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte, gid int) error {
+func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader, mode uint32, xattrs map[string][]byte, m dirMeta) error {
 	if hdr.Size < 0 {
 		return fmt.Errorf("negative size %d", hdr.Size)
 	}
@@ -660,9 +685,9 @@ func (a *applier) regular(pfd int, dir, base string, hdr *tar.Header, tr *tar.Re
 	// A new file already has the owner most entries ask for (0:0 when
 	// root applies), and usually the mode too: each skipped chown and
 	// chmod saves a system call per file.
-	chown := hdr.Uid != a.euid || hdr.Gid != gid
+	chown := hdr.Uid != a.euid || hdr.Gid != m.newGid
 	perm, chmod := uint32(0o600), true
-	if a.createdWithMode(dir, mode) {
+	if a.createdWithMode(m, mode) {
 		perm, chmod = mode, false
 	}
 	const flags = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
@@ -840,7 +865,8 @@ func (a *applier) setXattrsAt(pfd int, base string, xattrs map[string][]byte) er
 	return nil
 }
 
-func (a *applier) directory(pfd int, rel, base string, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
+func (a *applier) directory(parent dirRef, base string, hdr *tar.Header, mode uint32, xattrs map[string][]byte) error {
+	pfd := parent.fd
 	if err := a.mkdirOver(pfd, base, false); err != nil {
 		return err
 	}
@@ -850,15 +876,18 @@ func (a *applier) directory(pfd int, rel, base string, hdr *tar.Header, mode uin
 	if err := unix.Fchmodat(pfd, base, mode, 0); err != nil {
 		return fmt.Errorf("chmod %o: %w", mode, err)
 	}
-	a.forget(rel)
+	key, err := a.changedDir(pfd, base)
+	if err != nil {
+		return err
+	}
 	if len(xattrs) > 0 {
 		if err := a.setXattrsAt(pfd, base, xattrs); err != nil {
 			return err
 		}
 	}
 	t := entryTimes(hdr)
-	a.times[rel] = dirTimes{atime: t[0], mtime: t[1]}
-	a.dirty[rel] = true
+	a.times[key] = dirTimes{atime: t[0], mtime: t[1]}
+	a.dirty[key] = true
 	return nil
 }
 
@@ -905,40 +934,93 @@ func (a *applier) mkdirOver(pfd int, base string, implicit bool) error {
 	return nil
 }
 
-// symlinkEscapes reports whether a relative symlink target, read from the
-// link's directory, climbs above the root. Such links are refused as
-// go-archive refuses them; absolute targets are kept, they are resolved
-// in the container's root when used.
-func symlinkEscapes(rel, target string) bool {
+// climbs reports whether a relative symlink target has a ".." component.
+// Only such a target can resolve above the root: one without climbs only
+// through other symlinks, and those that climb are checked themselves.
+func climbs(target string) bool {
 	if strings.HasPrefix(target, "/") {
 		return false
 	}
-	dir, _ := splitRel(rel)
-	depth := 0
-	if dir != "" {
-		depth = strings.Count(dir, "/") + 1
-	}
 	for _, c := range strings.Split(target, "/") {
-		switch c {
-		case "", ".":
-		case "..":
-			depth--
-			if depth < 0 {
-				return true
-			}
-		default:
-			depth++
+		if c == ".." {
+			return true
 		}
 	}
 	return false
 }
 
+// linkEscapes reports whether the relative symlink target, in the
+// directory dir (a path of real directories beneath the root), resolves
+// above the root, following the layer's own symlinks as the kernel would.
+// Counting components is not enough: with d -> ., d/.. is the root's
+// parent. A relative link that climbs above the root is refused as
+// go-archive refuses it; absolute targets are kept, they name paths in
+// the container's root, and so does a relative target once it reaches an
+// absolute link. A missing component is taken as a directory, so that
+// what a later layer creates there cannot make the link climb; a link
+// that loops never resolves and climbs nowhere.
+func (a *applier) linkEscapes(dir, target string) (bool, error) {
+	var stack []string // resolved components; never a symlink
+	if dir != "" {
+		stack = strings.Split(dir, "/")
+	}
+	pending := strings.Split(target, "/")
+	for hops := 0; len(pending) > 0; {
+		c := pending[0]
+		pending = pending[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) == 0 {
+				return true, nil
+			}
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		// Every component of p is a directory or missing, so this looks
+		// up exactly the path the kernel would reach.
+		p := strings.Join(append(stack[:len(stack):len(stack)], c), "/")
+		var st unix.Stat_t
+		err := unix.Fstatat(a.rootFd, p, &st, unix.AT_SYMLINK_NOFOLLOW)
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) && !errors.Is(err, unix.ENAMETOOLONG) {
+			return false, fmt.Errorf("resolve %q: %w", p, err)
+		}
+		if err != nil || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			stack = append(stack, c)
+			continue
+		}
+		if hops++; hops > 40 { // the kernel's limit, ELOOP beyond
+			return false, nil
+		}
+		next, err := readlinkAt(a.rootFd, p)
+		if err != nil {
+			return false, err
+		}
+		if strings.HasPrefix(next, "/") {
+			return false, nil
+		}
+		pending = append(strings.Split(next, "/"), pending...)
+	}
+	return false, nil
+}
+
+func readlinkAt(dirfd int, name string) (string, error) {
+	for size := 256; ; size *= 2 {
+		buf := make([]byte, size)
+		n, err := unix.Readlinkat(dirfd, name, buf)
+		if err != nil {
+			return "", fmt.Errorf("readlink %q: %w", name, err)
+		}
+		if n < size {
+			return string(buf[:n]), nil
+		}
+	}
+}
+
 func (a *applier) symlink(pfd int, rel, base string, hdr *tar.Header, xattrs map[string][]byte) error {
 	if hdr.Linkname == "" || strings.IndexByte(hdr.Linkname, 0) >= 0 {
 		return fmt.Errorf("symlink target %q: %w", hdr.Linkname, ErrUnsafePath)
-	}
-	if symlinkEscapes(rel, hdr.Linkname) {
-		return fmt.Errorf("symlink to %q: %w", hdr.Linkname, ErrUnsafePath)
 	}
 	err := unix.Symlinkat(hdr.Linkname, pfd, base)
 	if errors.Is(err, unix.EEXIST) {
@@ -949,6 +1031,15 @@ func (a *applier) symlink(pfd int, rel, base string, hdr *tar.Header, xattrs map
 	}
 	if err != nil {
 		return fmt.Errorf("symlink: %w", err)
+	}
+	if climbs(hdr.Linkname) {
+		// Where the target leads depends on entries that may still come;
+		// finish checks it on the whole tree and names this entry.
+		var st unix.Stat_t
+		if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat symlink: %w", err)
+		}
+		a.links[statKey(&st)] = hdr.Name
 	}
 	return a.finishAt(pfd, base, hdr, xattrs)
 }
@@ -980,10 +1071,11 @@ func (a *applier) hardlink(pfd int, rel, base string, hdr *tar.Header) error {
 		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, ErrUnsafePath)
 	}
 	tdir, tbase := splitRel(target)
-	tfd, err := a.openDir(tdir)
+	td, err := a.openDir(tdir)
 	if err != nil {
 		return fmt.Errorf("hard link to %q: %w", hdr.Linkname, err)
 	}
+	tfd := td.fd
 	// linkat without AT_SYMLINK_FOLLOW links a symlink itself, never
 	// what it points to, so a link named after a symlink cannot reach
 	// outside the root.
@@ -1038,59 +1130,68 @@ func (a *applier) special(pfd int, base string, hdr *tar.Header, mode uint32, xa
 }
 
 // finish sets directory times (creating entries inside a directory moves
-// its mtime, so they can only be set last) and, with Sync, flushes every
-// directory the layer touched.
+// its mtime, so they can only be set last), checks symlinks that climb
+// against the final tree and, with Sync, flushes every directory the
+// layer touched.
 func (a *applier) finish() error {
 	if a.rootOpaque && a.lowers != nil {
 		if err := a.whiteoutLowerRoot(); err != nil {
 			return err
 		}
 	}
-	rels := make([]string, 0, len(a.times))
-	for rel := range a.times {
-		rels = append(rels, rel)
+	fd, err := unix.Openat(a.rootFd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("layer: open root: %w", err)
 	}
-	sort.Strings(rels)
-	for _, rel := range rels {
-		t := a.times[rel]
-		ts := []unix.Timespec{t.atime, t.mtime}
-		if rel == "" {
-			if err := unix.UtimesNanoAt(a.rootFd, ".", ts, 0); err != nil {
-				return fmt.Errorf("layer: set times of root: %w", err)
+	return a.finishDir(fd, "")
+}
+
+// finishDir walks the final tree below the directory fd (at rel, closed
+// on return) without following symlinks. It checks symlinks that climb,
+// then sets the directory's times (after reading it, which moves its
+// atime) and, with Sync, flushes it. Walking what is there, rather than
+// the paths the tar used, reaches each directory exactly as the tar left
+// it: one whited out or replaced by a later entry is not there to set or
+// to bring back, and one reached through an alias has one identity.
+func (a *applier) finishDir(fd int, rel string) error {
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return fmt.Errorf("layer: list %q: %w", rel, err)
+	}
+	for _, e := range entries {
+		if err := a.ctx.Err(); err != nil {
+			return fmt.Errorf("layer: apply: %w", err)
+		}
+		p := path.Join(rel, e.Name())
+		switch e.Type() {
+		case fs.ModeDir:
+			cfd, err := unix.Openat(fd, e.Name(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("layer: open %q: %w", p, err)
 			}
-			continue
+			if err := a.finishDir(cfd, p); err != nil {
+				return err
+			}
+		case fs.ModeSymlink:
+			if err := a.checkLink(fd, rel, e.Name()); err != nil {
+				return err
+			}
 		}
-		// A directory a later entry replaced or whited out is gone, and
-		// so is everything below it: opening with create-if-missing here
-		// would bring it back.
-		dir, base := splitRel(rel)
-		pfd, err := a.openDirMode(dir, openExisting)
-		if gone(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("layer: set times of %q: %w", rel, err)
-		}
-		var st unix.Stat_t
-		if err := unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			continue // replaced or removed by a later entry
-		}
-		if err := unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("layer: stat %q: %w", rel, err)
+	}
+	key := statKey(&st)
+	if t, ok := a.times[key]; ok {
+		ts := [2]unix.Timespec{t.atime, t.mtime}
+		if err := futimens(fd, &ts); err != nil {
 			return fmt.Errorf("layer: set times of %q: %w", rel, err)
 		}
 	}
-	if !a.opts.Sync {
-		return nil
-	}
-	for rel := range a.dirty {
-		fd, err := a.openDirMode(rel, openExisting)
-		a.closeRetired()
-		if gone(err) {
-			continue // removed by a later entry
-		}
-		if err != nil {
-			return fmt.Errorf("layer: fsync %q: %w", filepath.Join(a.root, rel), err)
-		}
+	if a.opts.Sync && a.dirty[key] {
 		if err := unix.Fsync(fd); err != nil {
 			return fmt.Errorf("layer: fsync %q: %w", filepath.Join(a.root, rel), err)
 		}
@@ -1098,11 +1199,32 @@ func (a *applier) finish() error {
 	return nil
 }
 
-// gone reports whether openDirMode(rel, openExisting) failed because rel
-// no longer names a directory beneath the root: a later entry removed it,
-// replaced it, or replaced a symlink on the way.
-func gone(err error) bool {
-	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, ErrUnsafePath)
+// checkLink refuses the symlink name in the directory fd (at rel) when
+// its target climbs above the root, naming the tar entry that made it.
+func (a *applier) checkLink(fd int, rel, name string) error {
+	target, err := readlinkAt(fd, name)
+	if err != nil {
+		return fmt.Errorf("layer: %w", err)
+	}
+	if !climbs(target) {
+		return nil
+	}
+	p := path.Join(rel, name)
+	escapes, err := a.linkEscapes(rel, target)
+	if err != nil {
+		return fmt.Errorf("layer: symlink %q: %w", p, err)
+	}
+	if !escapes {
+		return nil
+	}
+	entry := p
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+		if n, ok := a.links[statKey(&st)]; ok {
+			entry = n
+		}
+	}
+	return &EntryError{Name: entry, Err: fmt.Errorf("symlink %q to %q resolves outside the root: %w", p, target, ErrUnsafePath)}
 }
 
 // whiteoutLowerRoot hides every entry of the lowers' merged root that the
