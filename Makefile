@@ -26,7 +26,8 @@ GUEST_FLAGS = -fs $(FS) $(if $(RUN),-run '$(RUN)')
 OVLVM = go run ./cmd/ovlvm
 
 .PHONY: all deps kernel kernel-stock kernel-patched run test host-test \
-	guest-test selftest series-check lint bench-pipeline clean fuzz fuzz-short
+	guest-test selftest series-check lint bench-pipeline clean fuzz fuzz-short \
+	test-debug
 
 all: deps kernel-$(KERNEL)
 	@mkdir -p $(OUT)
@@ -94,6 +95,34 @@ fuzz-short:
 guest-test:
 	@mkdir -p $(OUT)
 	$(OVLVM) test $(GUEST_FLAGS) -junit $(OUT)/junit-guest.xml -json $(OUT)/guest.json
+
+# The debug run: stock and patched built with kconfig/debug.config (KASAN,
+# UBSAN, lockdep, KFENCE, DEBUG_OBJECTS, failslab; build directories of
+# their own), kconfigcheck listing every debug symbol that survived, then
+# the whole guest suite plus the fault-injection tests of tests/guest/faults
+# (a module of its own: only this target runs it) on every filesystem.
+# Any kernel report fails the run, and so does lockdep found off at the
+# end. Too slow for make test under TCG; see Documentation/testing.rst.
+DEBUG_TIMEOUT ?= 300m
+DEBUG_MEM ?= 2048
+test-debug: deps
+	@mkdir -p $(OUT)
+	cd tests/guest/faults && GOWORK=$$PWD/go.work go vet -tags ovlkit_guest .
+	@set -e; for tree in stock patched; do \
+		start=$$(date +%s); \
+		KCONFIG_EXTRA=debug scripts/kernel.sh build $$tree; \
+		echo "test-debug: $$tree debug kernel built in $$(( $$(date +%s) - start ))s"; \
+		img=$$(KCONFIG_EXTRA=debug scripts/kernel.sh path $$tree); \
+		go run ./tools/kconfigcheck -v -config $${img%/arch/x86/boot/bzImage}/.config kconfig/debug.config; \
+	done
+	@start=$$(date +%s); \
+	$(OVLVM) test -stock "$$(KCONFIG_EXTRA=debug scripts/kernel.sh path stock)" \
+		-patched "$$(KCONFIG_EXTRA=debug scripts/kernel.sh path patched)" \
+		-pkg ./tests/guest/... -pkg ./cmd/ovlgraph -pkg ./tests/guest/faults \
+		-env OVLKIT_LOCKDEP=required -mem $(DEBUG_MEM) \
+		-timeout $(DEBUG_TIMEOUT) -test-timeout $(DEBUG_TIMEOUT) $(GUEST_FLAGS) \
+		-junit $(OUT)/junit-debug.xml -json $(OUT)/guest-debug.json; \
+	rc=$$?; echo "test-debug: guest suite on both debug kernels took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 selftest: kernel-patched
 	@mkdir -p $(OUT)
