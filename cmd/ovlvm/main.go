@@ -51,6 +51,8 @@ func main() {
 		err = cmdSelftest(ctx, os.Args[2:])
 	case "junit":
 		err = cmdJUnit(os.Args[2:])
+	case "xfstests":
+		err = cmdXfstests(ctx, os.Args[2:])
 	case "-h", "-help", "--help", "help":
 		usage()
 	default:
@@ -250,7 +252,9 @@ func resolveKernel(top, kbase, name string) (string, error) {
 }
 
 func (h *harness) config(label, kernel string, stock bool, extraEnv map[string]string) (vm.Config, error) {
-	env := map[string]string{"OVLKIT_TEST_TIMEOUT": h.o.testTime.String()}
+	// OVLKIT_KBASE lets a test that cannot run on a base whose series
+	// lacks its patch say so (see Documentation/testing.rst).
+	env := map[string]string{"OVLKIT_TEST_TIMEOUT": h.o.testTime.String(), "OVLKIT_KBASE": h.o.kbase}
 	if h.o.run != "" {
 		env["OVLKIT_RUN"] = h.o.run
 	}
