@@ -10,13 +10,25 @@
 #                                       of the series (git am); build it with
 #                                       "kernel.sh build NAME"
 #
-# Environment: CACHE (cache root), KCONFIG_EXTRA (extra fragments from
-# kconfig/, e.g. "debug"), V=1 (show the build output), JOBS.
+# Environment: KBASE (kernel base, default 6.1: source package
+# linux-source-$KBASE, series patches/$KBASE), CACHE (cache root),
+# KCONFIG_EXTRA (extra fragments from kconfig/, e.g. "debug"), V=1 (show the
+# build output), JOBS.
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$(kernel_root)
 SERIES_DIR=${SERIES_DIR:-$OVLKIT_TOP/patches/$KBASE}
-FRAGMENTS=(guest overlay ${KCONFIG_EXTRA:-})
+# kconfig/$KBASE.config, when present, holds what this base needs beyond
+# guest and overlay (symbols renamed or newly gated since 6.1); it is merged
+# after them and before the extra fragments. It is not part of the build
+# directory's name: the cache already keeps each base apart.
+BASE_FRAGMENT=()
+if [ -f "$OVLKIT_TOP/kconfig/$KBASE.config" ]; then
+	BASE_FRAGMENT=("$KBASE")
+fi
+# shellcheck disable=SC2206 # KCONFIG_EXTRA is a list of names
+EXTRA_FRAGMENTS=(${KCONFIG_EXTRA:-})
+FRAGMENTS=(guest overlay "${EXTRA_FRAGMENTS[@]}")
 
 kbuild_env
 
@@ -121,7 +133,7 @@ cmd_config() {
 	src=$(src_dir "$tree")
 	obj=$(obj_dir "$tree")
 	mkdir -p "$obj"
-	for f in "${FRAGMENTS[@]}"; do
+	for f in guest overlay "${BASE_FRAGMENT[@]}" "${EXTRA_FRAGMENTS[@]}"; do
 		[ -f "$OVLKIT_TOP/kconfig/$f.config" ] || die "kconfig/$f.config not found"
 		frags+=("$OVLKIT_TOP/kconfig/$f.config")
 	done
@@ -133,7 +145,28 @@ cmd_config() {
 	phase "configure $tree ($(config_name))" "$obj/config.log" \
 		env -C "$src" ARCH=x86_64 KCONFIG_CONFIG="$obj/.config" \
 		scripts/kconfig/merge_config.sh -n -O "$obj" "${frags[@]}"
-	(cd "$OVLKIT_TOP" && go run ./tools/kconfigcheck -config "$obj/.config" "${frags[@]}") ||
+	local checked=("${frags[@]}")
+	if [ "${#BASE_FRAGMENT[@]}" -gt 0 ]; then
+		# The base fragment replaces what guest and overlay ask for the
+		# symbols it sets (merge_config.sh lets the later value win), so
+		# kconfigcheck gets those two without them.
+		local base=$OVLKIT_TOP/kconfig/$KBASE.config syms
+		syms=$(sed -n -e 's/^\(CONFIG_[A-Za-z0-9_]*\)=.*/\1/p' \
+			-e 's/^# \(CONFIG_[A-Za-z0-9_]*\) is not set$/\1/p' "$base")
+		[ -n "$syms" ] || die "kconfig/$KBASE.config sets no symbol"
+		mkdir -p "$obj/requested"
+		checked=()
+		for f in "${frags[@]}"; do
+			case $(basename "$f" .config) in
+			guest | overlay)
+				grep -vwF -e "$syms" "$f" >"$obj/requested/$(basename "$f")" || true
+				checked+=("$obj/requested/$(basename "$f")")
+				;;
+			*) checked+=("$f") ;;
+			esac
+		done
+	fi
+	(cd "$OVLKIT_TOP" && go run ./tools/kconfigcheck -config "$obj/.config" "${checked[@]}") ||
 		die "kernel configuration for $tree lost requested symbols (see above; full log: $obj/config.log)"
 	echo "$stamp" >"$obj/.ovlkit-config"
 }
