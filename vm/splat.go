@@ -31,7 +31,8 @@ var splatStart = []struct {
 	{"Kernel panic", regexp.MustCompile(`Kernel panic - not syncing`)},
 	{"KASAN", regexp.MustCompile(`\bKASAN: `)},
 	{"UBSAN", regexp.MustCompile(`\bUBSAN: `)},
-	{"lockdep", regexp.MustCompile(`WARNING: (possible circular locking|possible recursive locking|inconsistent lock state|suspicious RCU usage|bad unlock balance)`)},
+	// Every report header of kernel/locking/lockdep.c and of PROVE_RCU.
+	{"lockdep", regexp.MustCompile(`WARNING: (possible circular locking|possible recursive locking|possible irq lock inversion|inconsistent lock state|suspicious RCU usage|bad unlock balance|bad contention|held lock freed|lock held when returning|Nested lock was not taken|chain_key collision|\S+-safe -> \S+-unsafe lock order|\S+/\d+ still has locks held)`)},
 	{"list corruption", regexp.MustCompile(`list_(add|del) corruption`)},
 	{"hung task", regexp.MustCompile(`INFO: task .* blocked for more than`)},
 }

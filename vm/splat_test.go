@@ -39,3 +39,20 @@ func TestLockdepOffCauses(t *testing.T) {
 		t.Errorf("causes %q", got)
 	}
 }
+
+func TestFindSplatsKnowsEveryLockdepHeader(t *testing.T) {
+	for _, h := range []string{
+		"WARNING: possible irq lock inversion dependency detected",
+		"WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected",
+		"WARNING: lock held when returning to user space!",
+		"WARNING: held lock freed!",
+		"WARNING: Nested lock was not taken",
+		"WARNING: bad contention detected!",
+		"WARNING: chain_key collision",
+		"WARNING: faults.test/412 still has locks held!",
+	} {
+		if got := FindSplats([]string{"[    5.0] " + h}); len(got) != 1 || got[0].Kind != "lockdep" {
+			t.Errorf("%q: %+v", h, got)
+		}
+	}
+}
