@@ -90,6 +90,15 @@ type applier struct {
 	dirty   map[inodeKey]bool     // directories to fsync when opts.Sync
 	buf     []byte
 	size    int64 // bytes of regular file entries so far, for MaxSize
+	limits  Limits
+	entries int64 // tar entries so far, for MaxEntries
+	// stream is what archive/tar reads; sparse is the map of the
+	// current entry when it is sparse and its data not yet consumed.
+	stream *tarStream
+	sparse *sparseEntry
+	// inSparse: the current entry is sparse, consumed or not; archive/tar
+	// must never be asked for its content, holes and all.
+	inSparse bool
 	// euid and egid own what Apply creates, unless a setgid directory
 	// passes its group on; a file already owned as its entry says needs
 	// no chown.
@@ -124,6 +133,10 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		times:  make(map[inodeKey]dirTimes),
 		dirty:  make(map[inodeKey]bool),
 		buf:    make([]byte, copyBufSize),
+		limits: opts.Limits.effective(),
+	}
+	if opts.MaxSize > 0 {
+		a.limits.MaxSize = opts.MaxSize
 	}
 	if len(opts.Lowers) > 0 {
 		a.lowers = &fsView{layers: opts.Lowers, prefix: prefix}
@@ -137,17 +150,19 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 	a.rootKey = statKey(&rootSt)
 	a.umask = processUmask()
 
-	plain, closeDecomp, err := decompress(r)
+	plain, closeDecomp, err := decompress(r, a.limits.MaxDecoderWindow)
 	if err != nil {
 		return 0, fmt.Errorf("layer: %w", err)
 	}
 	defer closeDecomp()
 	tail := &trailerReader{r: plain}
-	tr := tar.NewReader(tail)
+	a.stream = &tarStream{r: tail}
+	tr := tar.NewReader(a.stream)
 	for {
 		if err := ctx.Err(); err != nil {
 			return a.size, fmt.Errorf("layer: apply: %w", err)
 		}
+		a.stream.record()
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			if !tail.sawEndMarker() {
@@ -158,7 +173,17 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		if err != nil {
 			return a.size, fmt.Errorf("layer: read tar after %d bytes: %w", tail.n, err)
 		}
-		err = a.entry(hdr, tr)
+		a.sparse, err = a.stream.sparseMap(hdr)
+		a.inSparse = a.sparse != nil
+		if err == nil {
+			err = a.countEntry()
+		}
+		if err == nil {
+			err = a.entry(hdr, tr)
+		}
+		if err == nil {
+			err = a.skipRest(tr)
+		}
 		a.closeRetired()
 		if err != nil {
 			return a.size, &EntryError{Name: hdr.Name, Err: err}
@@ -182,6 +207,44 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		return a.size, err
 	}
 	return n, nil
+}
+
+// countEntry counts the entry just read against MaxEntries.
+func (a *applier) countEntry() error {
+	a.entries++
+	if m := a.limits.MaxEntries; m > 0 && a.entries > m {
+		return fmt.Errorf("%w of %d entries", ErrTooManyEntries, m)
+	}
+	return nil
+}
+
+// skipRest reads what the entry's data the entry did not use, so that the
+// next header's recording starts at its padding: a sparse entry's data
+// from the stream itself (its holes cost nothing), any other through
+// archive/tar.
+func (a *applier) skipRest(tr *tar.Reader) error {
+	if sp := a.sparse; sp != nil {
+		a.sparse = nil
+		if _, err := io.CopyN(io.Discard, a.stream.r, sp.physical); err != nil {
+			return fmt.Errorf("skip sparse data: %w", noEOF(err))
+		}
+		a.stream.owed = sp.physical
+		return nil
+	}
+	if a.inSparse {
+		return nil
+	}
+	if _, err := io.Copy(io.Discard, tr); err != nil {
+		return fmt.Errorf("skip data: %w", err)
+	}
+	return nil
+}
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 func (a *applier) close() {
@@ -532,6 +595,9 @@ func (a *applier) entry(hdr *tar.Header, tr *tar.Reader) error {
 	if err != nil {
 		return err
 	}
+	if m := a.limits.MaxDepth; m > 0 && rel != "" && strings.Count(rel, "/")+1 > m {
+		return fmt.Errorf("%w of %d: %d path components", ErrTooDeep, m, strings.Count(rel, "/")+1)
+	}
 	dir, base := splitRel(rel)
 	if skip, err := checkWhiteoutNames(dir, base, hdr.Typeflag); skip || err != nil {
 		return err
@@ -679,8 +745,8 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 	if hdr.Size < 0 {
 		return fmt.Errorf("negative size %d", hdr.Size)
 	}
-	if a.opts.MaxSize > 0 && hdr.Size > a.opts.MaxSize-a.size {
-		return fmt.Errorf("%d bytes after %d: %w", hdr.Size, a.size, ErrTooLarge)
+	if m := a.limits.MaxSize; m > 0 && hdr.Size > m-a.size {
+		return fmt.Errorf("%w of %d bytes: an entry of %d bytes after %d", ErrTooLarge, m, hdr.Size, a.size)
 	}
 	// A new file already has the owner most entries ask for (0:0 when
 	// root applies), and usually the mode too: each skipped chown and
@@ -701,7 +767,12 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
-	err = a.fillFile(fd, tr, hdr.Size)
+	if sp := a.sparse; sp != nil {
+		a.sparse = nil
+		err = a.fillSparse(fd, sp, hdr.Size)
+	} else {
+		err = a.fillFile(fd, tr, hdr.Size)
+	}
 	if err == nil {
 		err = a.setMeta(fd, hdr, mode, xattrs, chown, chmod)
 	}
@@ -726,14 +797,46 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 }
 
 // fillFile copies size bytes of r into fd. Whole blocks of zeros are not
-// written, so holes of a sparse entry (which archive/tar hands over as
-// zeros) stay holes; the final truncate gives the file its length.
+// written, so that runs of zeros become holes; the final truncate gives
+// the file its length. Sparse entries go through fillSparse instead.
 func (a *applier) fillFile(fd int, r io.Reader, size int64) error {
+	holeAtEnd, err := a.copyRange(fd, r, 0, size)
+	if err != nil {
+		return err
+	}
+	if holeAtEnd {
+		if err := unix.Ftruncate(fd, size); err != nil {
+			return fmt.Errorf("truncate to %d: %w", size, err)
+		}
+	}
+	return nil
+}
+
+// fillSparse writes the data fragments of a sparse entry, read from the
+// stream itself, at their offsets and gives the file its length: the
+// holes are never read or written, whatever size they declare. The
+// placeholder bytes owed to archive/tar make it skip the same data.
+func (a *applier) fillSparse(fd int, sp *sparseEntry, size int64) error {
+	for _, d := range sp.data {
+		if _, err := a.copyRange(fd, a.stream.r, d.offset, d.length); err != nil {
+			return err
+		}
+	}
+	a.stream.owed = sp.physical
+	if err := unix.Ftruncate(fd, size); err != nil {
+		return fmt.Errorf("truncate to %d: %w", size, err)
+	}
+	return nil
+}
+
+// copyRange copies size bytes of r into fd at base, leaving whole blocks
+// of zeros unwritten; it reports whether the range ends in such a block.
+func (a *applier) copyRange(fd int, r io.Reader, base, size int64) (bool, error) {
 	var off int64
 	holeAtEnd := false
 	for off < size {
 		if err := a.ctx.Err(); err != nil {
-			return err
+			return false, err
 		}
 		n := int64(len(a.buf))
 		if size-off < n {
@@ -744,7 +847,7 @@ func (a *applier) fillFile(fd int, r io.Reader, size int64) error {
 			if errors.Is(err, io.EOF) {
 				err = io.ErrUnexpectedEOF
 			}
-			return fmt.Errorf("read content at offset %d of %d: %w", off, size, err)
+			return false, fmt.Errorf("read content at offset %d of %d: %w", base+off, size, err)
 		}
 		chunk := a.buf[:m]
 		// Walk the chunk in hole-sized blocks, writing each run of
@@ -754,8 +857,8 @@ func (a *applier) fillFile(fd int, r io.Reader, size int64) error {
 			end := min(i+holeBlock, len(chunk))
 			if bytes.Equal(chunk[i:end], zeroBlock[:end-i]) {
 				if start >= 0 {
-					if err := pwriteAll(fd, chunk[start:i], off+int64(start)); err != nil {
-						return err
+					if err := pwriteAll(fd, chunk[start:i], base+off+int64(start)); err != nil {
+						return false, err
 					}
 					start = -1
 				}
@@ -768,18 +871,13 @@ func (a *applier) fillFile(fd int, r io.Reader, size int64) error {
 			}
 		}
 		if start >= 0 {
-			if err := pwriteAll(fd, chunk[start:], off+int64(start)); err != nil {
-				return err
+			if err := pwriteAll(fd, chunk[start:], base+off+int64(start)); err != nil {
+				return false, err
 			}
 		}
 		off += int64(m)
 	}
-	if holeAtEnd {
-		if err := unix.Ftruncate(fd, size); err != nil {
-			return fmt.Errorf("truncate to %d: %w", size, err)
-		}
-	}
-	return nil
+	return holeAtEnd, nil
 }
 
 // futimens sets the times of an open file: utimensat with a NULL path,
@@ -1156,6 +1254,11 @@ func (a *applier) finish() error {
 func (a *applier) finishDir(fd int, rel string) error {
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
+	// Entry names are checked against MaxDepth as they come; symlinks on
+	// the way of a name can put a directory deeper than its name says.
+	if m := a.limits.MaxDepth; m > 0 && rel != "" && strings.Count(rel, "/")+1 > m {
+		return fmt.Errorf("layer: directory %.200q...: %w of %d", rel, ErrTooDeep, m)
+	}
 	entries, err := f.ReadDir(-1)
 	if err != nil {
 		return fmt.Errorf("layer: list %q: %w", rel, err)

@@ -1,12 +1,15 @@
 package layer
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"compress/bzip2"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
@@ -21,8 +24,9 @@ var (
 
 // decompress detects the compression of r from its first bytes and returns
 // the plain tar stream. The returned close releases decoder resources; it
-// does not close r.
-func decompress(r io.Reader) (io.Reader, func(), error) {
+// does not close r. maxWindow (0 for the decoder's own maximum) bounds the
+// window a zstd frame may ask for.
+func decompress(r io.Reader, maxWindow int64) (io.Reader, func(), error) {
 	head := make([]byte, len(magicXz))
 	n, err := io.ReadFull(r, head)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -45,11 +49,17 @@ func decompress(r io.Reader) (io.Reader, func(), error) {
 	case bytes.HasPrefix(head, magicZstd):
 		// The default concurrency decodes blocks ahead of the tar reader
 		// on a machine with spare CPUs and decodes synchronously on one.
-		zr, err := zstd.NewReader(buffered())
+		var opts []zstd.DOption
+		if maxWindow > 0 {
+			// The frame header's window is checked against this before
+			// the decoder allocates it.
+			opts = append(opts, zstd.WithDecoderMaxWindow(uint64(maxWindow)))
+		}
+		zr, err := zstd.NewReader(buffered(), opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd layer: %w", err)
 		}
-		return zr, zr.Close, nil
+		return &zstdLimited{r: zr, max: maxWindow}, zr.Close, nil
 	case bytes.HasPrefix(head, magicBzip2):
 		return bzip2.NewReader(buffered()), func() {}, nil
 	case bytes.HasPrefix(head, magicXz):
@@ -96,4 +106,244 @@ func (t *trailerReader) sawEndMarker() bool {
 		}
 	}
 	return true
+}
+
+// zstdLimited names the limit when the decoder refuses a frame's window.
+type zstdLimited struct {
+	r   io.Reader
+	max int64
+}
+
+func (z *zstdLimited) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) && z.max > 0 {
+		err = fmt.Errorf("%w of %d bytes: %w", ErrDecoderWindow, z.max, err)
+	}
+	return n, err
+}
+
+// tarStream is what archive/tar reads the tar from. archive/tar keeps an
+// entry's sparse map to itself and hands the holes over as zeros to read
+// through, so a few kilobytes of tar could declare a petabyte of holes to
+// read. tarStream records the raw bytes archive/tar reads while it parses
+// an entry's headers, for sparseMap to read the map from, and lets Apply
+// read the entry's data from the stream itself, writing the data
+// fragments where they belong and skipping the holes; archive/tar is then
+// owed as many placeholder bytes as Apply took, so that it finds the next
+// header where the stream has it.
+type tarStream struct {
+	r         io.Reader // the tar stream
+	pos       int64     // tar offset of the next byte archive/tar reads
+	owed      int64     // placeholder bytes archive/tar gets before r again
+	recording bool
+	rec       []byte // raw bytes read since recording started
+	recStart  int64  // tar offset of rec[0]
+}
+
+// maxHeaderBytes bounds what one entry's headers may take: archive/tar
+// allows 1 MiB for each of a PAX header, a long name, a long link target
+// and a sparse map.
+const maxHeaderBytes = 8 << 20
+
+var errHeadersTooLong = errors.New("headers of one entry exceed 8 MiB")
+
+func (t *tarStream) Read(p []byte) (int, error) {
+	if t.owed > 0 {
+		n := int(min(int64(len(p)), t.owed))
+		clear(p[:n])
+		t.owed -= int64(n)
+		t.pos += int64(n)
+		return n, nil
+	}
+	n, err := t.r.Read(p)
+	if t.recording && n > 0 {
+		if len(t.rec) == 0 {
+			t.recStart = t.pos
+		}
+		if len(t.rec)+n > maxHeaderBytes {
+			return 0, errHeadersTooLong
+		}
+		t.rec = append(t.rec, p[:n]...)
+	}
+	t.pos += int64(n)
+	return n, err
+}
+
+// record starts recording; the previous entry's data must have been read
+// (or owed) to its end, so that the first byte recorded is its padding or
+// the next header.
+func (t *tarStream) record() {
+	t.rec = t.rec[:0]
+	t.recording = true
+	t.recStart = t.pos + t.owed
+}
+
+// sparseData is a data fragment of a sparse entry: length bytes at offset.
+type sparseData struct{ offset, length int64 }
+
+// sparseEntry is where the data of a sparse entry goes, and how many
+// bytes of it the stream holds (the sum of the lengths).
+type sparseEntry struct {
+	data     []sparseData
+	physical int64
+}
+
+const blockSize = 512
+
+// sparseMap returns the sparse map of the entry archive/tar just read
+// (nil for an entry that is not sparse), from the headers recorded while
+// it read them. It recognises what archive/tar recognises: old GNU 'S'
+// entries and GNU's PAX formats 0.0, 0.1 and 1.0. A map that does not
+// match the data the entry holds is refused, as archive/tar would refuse
+// it when reading the data.
+func (t *tarStream) sparseMap(hdr *tar.Header) (*sparseEntry, error) {
+	t.recording = false
+	oldGNU, pax1x0 := hdr.Typeflag == tar.TypeGNUSparse, false
+	if !oldGNU {
+		major, minor := hdr.PAXRecords["GNU.sparse.major"], hdr.PAXRecords["GNU.sparse.minor"]
+		switch {
+		case major == "0" && (minor == "0" || minor == "1"):
+		case major == "1" && minor == "0":
+			pax1x0 = true
+		case major != "" || minor != "":
+			return nil, nil // archive/tar reads an unknown version as a plain file
+		case hdr.PAXRecords["GNU.sparse.map"] != "":
+		default:
+			return nil, nil
+		}
+	}
+	// Walk the recorded headers to the entry's own.
+	rec := t.rec
+	off := int((t.recStart+blockSize-1)/blockSize*blockSize - t.recStart)
+	var blk []byte
+	for {
+		if off < 0 || off+blockSize > len(rec) {
+			return nil, errors.New("sparse entry: header not found in the stream")
+		}
+		b := rec[off : off+blockSize]
+		switch b[156] {
+		case tar.TypeXHeader, tar.TypeGNULongName, tar.TypeGNULongLink:
+			n, ok := parseNumeric(b[124:136])
+			if !ok || n < 0 || n > maxHeaderBytes {
+				return nil, errors.New("sparse entry: bad extended header size")
+			}
+			off += blockSize + int((n+blockSize-1)/blockSize*blockSize)
+			continue
+		}
+		blk = b
+		break
+	}
+	hdrEnd := off + blockSize
+	stored, ok := parseNumeric(blk[124:136])
+	if v := hdr.PAXRecords["size"]; v != "" {
+		stored, ok = parseDecimal(v)
+	}
+	if !ok {
+		return nil, errors.New("sparse entry: bad size field")
+	}
+	var data []sparseData
+	switch {
+	case oldGNU:
+		// Four entries in the header, 21 in each extension block; a
+		// flag byte after them says whether another block follows.
+		entries, ext, next := blk[386:482], blk[482], hdrEnd
+		for {
+			for i := 0; i+24 <= len(entries) && entries[i] != 0; i += 24 {
+				o, ok1 := parseNumeric(entries[i : i+12])
+				l, ok2 := parseNumeric(entries[i+12 : i+24])
+				if !ok1 || !ok2 {
+					return nil, errors.New("sparse entry: bad map entry")
+				}
+				data = append(data, sparseData{o, l})
+			}
+			if ext == 0 {
+				break
+			}
+			if next+blockSize > len(rec) {
+				return nil, errors.New("sparse entry: extension block not found in the stream")
+			}
+			b := rec[next : next+blockSize]
+			entries, ext, next = b[:504], b[504], next+blockSize
+		}
+	case pax1x0:
+		// Newline-terminated decimals at the start of the data, whole
+		// blocks of it read by archive/tar already.
+		toks := strings.Split(string(rec[hdrEnd:]), "\n")
+		n, ok := int64(0), len(toks) > 0
+		if ok {
+			n, ok = parseDecimal(toks[0])
+		}
+		if !ok || n < 0 || int64(len(toks)-1) < 2*n {
+			return nil, errors.New("sparse entry: bad map")
+		}
+		for i := int64(0); i < n; i++ {
+			o, ok1 := parseDecimal(toks[1+2*i])
+			l, ok2 := parseDecimal(toks[2+2*i])
+			if !ok1 || !ok2 {
+				return nil, errors.New("sparse entry: bad map entry")
+			}
+			data = append(data, sparseData{o, l})
+		}
+		stored -= int64(len(rec) - hdrEnd)
+	default:
+		m := strings.Split(hdr.PAXRecords["GNU.sparse.map"], ",")
+		if len(m)%2 != 0 {
+			return nil, errors.New("sparse entry: bad map")
+		}
+		for i := 0; i < len(m); i += 2 {
+			o, ok1 := parseDecimal(m[i])
+			l, ok2 := parseDecimal(m[i+1])
+			if !ok1 || !ok2 {
+				return nil, errors.New("sparse entry: bad map entry")
+			}
+			data = append(data, sparseData{o, l})
+		}
+	}
+	var end, sum int64
+	for _, d := range data {
+		if d.offset < end || d.length < 0 || d.offset > hdr.Size-d.length {
+			return nil, fmt.Errorf("sparse entry: fragment of %d bytes at %d out of order or beyond the size %d", d.length, d.offset, hdr.Size)
+		}
+		end = d.offset + d.length
+		sum += d.length
+	}
+	if sum != stored {
+		return nil, fmt.Errorf("sparse entry: map holds %d bytes of data, the stream %d", sum, stored)
+	}
+	return &sparseEntry{data: data, physical: stored}, nil
+}
+
+func parseDecimal(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0
+}
+
+// parseNumeric reads a tar number field as archive/tar does: octal,
+// padded with spaces and NULs, or base-256 when the top bit is set.
+func parseNumeric(b []byte) (int64, bool) {
+	if len(b) > 0 && b[0]&0x80 != 0 {
+		if b[0]&0x40 != 0 {
+			return 0, false // negative
+		}
+		var x uint64
+		for i, c := range b {
+			if i == 0 {
+				c &= 0x7f
+			}
+			if x>>56 != 0 {
+				return 0, false
+			}
+			x = x<<8 | uint64(c)
+		}
+		return int64(x), x>>63 == 0
+	}
+	b = bytes.Trim(b, " \x00")
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	if len(b) == 0 {
+		return 0, true
+	}
+	n, err := strconv.ParseUint(string(b), 8, 63)
+	return int64(n), err == nil
 }

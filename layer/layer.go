@@ -69,11 +69,79 @@ type ApplyOptions struct {
 	// directory does not hide the lower's permissions behind 0755 root.
 	// Without lowers such directories are created 0755 and owned by 0:0.
 	Lowers []string
-	// MaxSize, when positive, refuses a layer whose regular file entries
-	// add up to more bytes (entries a later one replaces count too: they
-	// were read all the same): a few kilobytes of sparse entries can
-	// otherwise describe terabytes of zeros to read through.
+	// Limits bound what the layer may cost; the zero value is
+	// DefaultLimits.
+	Limits Limits
+	// MaxSize, when positive, replaces Limits.MaxSize; it is the field
+	// this limit had before Limits gathered them.
 	MaxSize int64
+}
+
+// Limits bound what one layer may cost the store, whatever its tar says.
+// A zero field takes its default (the Default* constants); a negative one
+// turns that limit off. A layer that reaches a limit is refused with an
+// error that wraps the limit's sentinel (ErrTooLarge, ErrTooManyEntries,
+// ErrTooDeep, ErrDecoderWindow) and names the limit and its value.
+type Limits struct {
+	// MaxSize bounds the declared sizes of the regular file entries,
+	// added up as they are read: a sparse entry counts its full length,
+	// an entry a later one replaces counts too. It is checked before an
+	// entry's data is read.
+	MaxSize int64
+	// MaxEntries bounds the number of tar entries (headers of files,
+	// directories, links, devices and whiteouts).
+	MaxEntries int64
+	// MaxDepth bounds the number of components of an entry's path, and
+	// the directory depth of the finished tree, which symlinks in entry
+	// paths could otherwise take further than any name.
+	MaxDepth int
+	// MaxDecoderWindow bounds the window a zstd frame may ask for: the
+	// decoder allocates the window before it decodes a byte, so a frame
+	// header alone could otherwise claim hundreds of megabytes. Turned
+	// off, the decoder's own maximum applies.
+	MaxDecoderWindow int64
+}
+
+// The default limits: far above what real images need (the largest
+// public images are tens of gigabytes and a few hundred thousand entries;
+// zstd's --long and --ultra levels use windows of at most 128 MiB), far
+// below what a hostile layer could otherwise make a store pay.
+const (
+	DefaultMaxSize          = 64 << 30 // 64 GiB
+	DefaultMaxEntries       = 4_000_000
+	DefaultMaxDepth         = 256
+	DefaultMaxDecoderWindow = 128 << 20 // 128 MiB
+)
+
+// DefaultLimits returns the limits a zero Limits stands for.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxSize:          DefaultMaxSize,
+		MaxEntries:       DefaultMaxEntries,
+		MaxDepth:         DefaultMaxDepth,
+		MaxDecoderWindow: DefaultMaxDecoderWindow,
+	}
+}
+
+// effective fills zero fields with their defaults and turns negative ones
+// into 0, which the checks read as "no limit".
+func (l Limits) effective() Limits {
+	d := DefaultLimits()
+	pick := func(v, def int64) int64 {
+		switch {
+		case v == 0:
+			return def
+		case v < 0:
+			return 0
+		}
+		return v
+	}
+	return Limits{
+		MaxSize:          pick(l.MaxSize, d.MaxSize),
+		MaxEntries:       pick(l.MaxEntries, d.MaxEntries),
+		MaxDepth:         int(pick(int64(l.MaxDepth), int64(d.MaxDepth))),
+		MaxDecoderWindow: pick(l.MaxDecoderWindow, d.MaxDecoderWindow),
+	}
 }
 
 // ExportOptions tunes Export and Changes.
@@ -133,9 +201,17 @@ var (
 	// whiteout: a directory entry, or a directory on the way to an entry
 	// (".wh.x/y", ".wh..wh..opq/z").
 	ErrInvalidWhiteout = errors.New("invalid whiteout entry")
-	// ErrTooLarge marks the entry that took a layer past
-	// ApplyOptions.MaxSize.
-	ErrTooLarge = errors.New("layer exceeds the size limit")
+	// ErrTooLarge marks the entry that took a layer past Limits.MaxSize.
+	ErrTooLarge = errors.New("layer exceeds the size limit MaxSize")
+	// ErrTooManyEntries marks the entry that took a layer past
+	// Limits.MaxEntries.
+	ErrTooManyEntries = errors.New("layer exceeds the entry limit MaxEntries")
+	// ErrTooDeep marks an entry, or a directory of the finished tree,
+	// deeper than Limits.MaxDepth.
+	ErrTooDeep = errors.New("layer exceeds the depth limit MaxDepth")
+	// ErrDecoderWindow marks a zstd frame asking for a window larger than
+	// Limits.MaxDecoderWindow.
+	ErrDecoderWindow = errors.New("zstd window exceeds the limit MaxDecoderWindow")
 	// ErrUnsupportedEntry marks an entry type a layer cannot hold.
 	ErrUnsupportedEntry = errors.New("unsupported entry type")
 )
