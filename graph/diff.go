@@ -100,6 +100,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		Whiteouts: s.whiteouts(),
 		Sync:      s.sync == SyncFsync,
 		Lowers:    nonNil(lowers),
+		Limits:    s.limits,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)

@@ -124,6 +124,13 @@ type Options struct {
 	// Features replaces the probe, for callers that already probed this
 	// filesystem (the probe mounts, so it needs root).
 	Features *ovl.Features
+	// Limits bound what one ApplyDiff may cost: total size, entries, path
+	// depth and the zstd decoder window. A zero field takes the default
+	// of layer.DefaultLimits, a negative one turns the limit off. A layer
+	// that reaches one is refused with an error wrapping the limit's
+	// sentinel (layer.ErrTooLarge, ErrTooManyEntries, ErrTooDeep,
+	// ErrDecoderWindow) and leaves the layer as it was.
+	Limits layer.Limits
 }
 
 // Store is an open layer store. Its methods are safe for concurrent use by
@@ -138,6 +145,7 @@ type Store struct {
 	extraOpt []string
 	volatile bool
 	boot     string // this boot's ID, for volatile mounts
+	limits   layer.Limits
 
 	mu    sync.Mutex // guards lock holders within this process
 	lockF *os.File
@@ -219,10 +227,11 @@ func Open(home string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store lock: %w", err)
 	}
 	s := &Store{
-		home:  home,
-		sync:  opts.Sync,
-		lockF: lf,
-		state: stateFile{path: statePath, sync: opts.Sync == SyncFsync},
+		home:   home,
+		sync:   opts.Sync,
+		limits: opts.Limits,
+		lockF:  lf,
+		state:  stateFile{path: statePath, sync: opts.Sync == SyncFsync},
 	}
 	if err := s.init(opts); err != nil {
 		lf.Close()
