@@ -34,6 +34,7 @@ type command struct {
 	layout   graph.Layout
 	userx    bool
 	volatile bool
+	limits   layer.Limits
 }
 
 const usage = `usage: ovlgraph --home DIR [--json] COMMAND [ARGS]
@@ -42,7 +43,10 @@ commands:
   init [--layout overlay|hardlink] [--userxattr]
                                      create the store
   create [--rw] [--parent P] ID      create an empty image (--rw: container) layer
-  apply ID < layer.tar[.gz|.zst]     fill an empty layer from a tar layer
+  apply [--max-size B] [--max-entries N] [--max-depth N] [--max-window B] ID < layer.tar[.gz|.zst]
+                                     fill an empty layer from a tar layer; a layer
+                                     over a limit is refused (0: the default,
+                                     64 GiB, 4000000, 256, 128 MiB; -1: none)
   mount [--volatile] ID              mount and print the path (reference-counted);
                                      --volatile: no syncs, and refused after a reboot
   umount ID                          drop one reference; unmount at zero
@@ -86,7 +90,12 @@ func parse(args []string) (command, error) {
 		fs.StringVar(&c.parent, "parent", "", "parent layer")
 	case "mount":
 		fs.BoolVar(&c.volatile, "volatile", false, "mount a container layer with the overlay volatile option")
-	case "apply", "umount", "diff", "changes", "rm":
+	case "apply":
+		fs.Int64Var(&c.limits.MaxSize, "max-size", 0, "bytes of regular files (0: default, -1: no limit)")
+		fs.Int64Var(&c.limits.MaxEntries, "max-entries", 0, "tar entries (0: default, -1: no limit)")
+		fs.IntVar(&c.limits.MaxDepth, "max-depth", 0, "path components (0: default, -1: no limit)")
+		fs.Int64Var(&c.limits.MaxDecoderWindow, "max-window", 0, "zstd window bytes (0: default, -1: the decoder's maximum)")
+	case "umount", "diff", "changes", "rm":
 	case "ls", "status", "check":
 		nargs = 0
 	default:
@@ -131,7 +140,7 @@ func run(ctx context.Context, args []string, e *env) int {
 }
 
 func (c command) exec(ctx context.Context, e *env) error {
-	opts := graph.Options{Volatile: c.volatile}
+	opts := graph.Options{Volatile: c.volatile, Limits: c.limits}
 	if c.name == "init" {
 		opts.Create, opts.Layout, opts.Userxattr = true, c.layout, c.userx
 	}
