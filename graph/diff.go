@@ -96,9 +96,10 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	if err := os.Mkdir(filepath.Join(ldir, "work"), 0o700); err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
+	// No fsync per file: one syncfs below, before the layer is published,
+	// makes the whole stage durable at once.
 	n, err = layer.Apply(ctx, diff, r, layer.ApplyOptions{
 		Whiteouts: s.whiteouts(),
-		Sync:      s.sync == SyncFsync,
 		Lowers:    nonNil(lowers),
 		Limits:    s.limits,
 	})
@@ -124,7 +125,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		}
 	}
 	if s.sync == SyncFsync {
-		if err := syncTree(ldir); err != nil {
+		if err := syncStage(stg); err != nil {
 			return 0, fmt.Errorf("apply %s: %w", id, err)
 		}
 	}

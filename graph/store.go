@@ -61,9 +61,10 @@ type SyncPolicy string
 
 // Sync policies.
 const (
-	// SyncFsync fsyncs every file and directory of a new layer and the
-	// state file before the rename that makes it visible: a completed
-	// ApplyDiff survives power loss.
+	// SyncFsync makes a new layer durable before the rename that makes
+	// it visible (Create fsyncs each file and directory it builds,
+	// ApplyDiff syncs the filesystem once with syncfs), and syncs the
+	// state file: a completed ApplyDiff survives power loss.
 	SyncFsync SyncPolicy = "fsync"
 	// SyncNone leaves flushing to the kernel: faster, and after a crash a
 	// completed layer may come back incomplete or empty.
