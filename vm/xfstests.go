@@ -1,0 +1,637 @@
+package vm
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The xfstests guest is a second kind of guest: a Debian root filesystem
+// with xfstests (scripts/xfstests-image.sh) on a virtio disk instead of
+// the u-root initramfs, because xfstests needs bash, perl and a C
+// userland. The image's init mounts a small control disk that the host
+// writes for each run and runs its run.sh (xfstests_guest.sh), which
+// writes xfstests' results back to the same disk.
+
+//go:embed xfstests_guest.sh
+var xfstestsGuestScript []byte
+
+// xfstestsDiskSize is the size of the sparse test and scratch disks; some
+// generic tests fill or preallocate several GiB on the scratch device.
+const xfstestsDiskSize = 8 << 30
+
+// XfstestsConfig describes one xfstests guest run.
+type XfstestsConfig struct {
+	Label  string // kernel name in reports
+	Kernel string // bzImage
+	Image  string // root image from scripts/xfstests-image.sh; never written
+	// FS is the base filesystem of the test and scratch disks: ext4 or xfs.
+	FS string
+	// Check are the arguments for ./check after -overlay: groups (-g
+	// quick), tests (overlay/001) or exclusions (-e generic/001).
+	Check    []string
+	QEMU     string
+	Accel    Accelerator
+	MemoryMB int
+	Timeout  time.Duration
+	WorkDir  string
+	Progress io.Writer
+	Console  io.Writer
+}
+
+// XfsStatus is the outcome of one xfstests test.
+type XfsStatus string
+
+const (
+	XfsPass   XfsStatus = "pass"
+	XfsFail   XfsStatus = "fail"
+	XfsNotRun XfsStatus = "notrun"
+)
+
+// XfsTest is one test's result.
+type XfsTest struct {
+	Name    string // overlay/001, generic/013
+	Status  XfsStatus
+	Seconds float64
+	Message string // why it failed or did not run
+	Output  string // the diff and the test's .full output, for failures
+}
+
+// XfstestsResult is one kernel's run.
+type XfstestsResult struct {
+	Label    string
+	FS       string
+	Uname    string
+	Commit   string // xfstests commit the guest ran
+	Tests    []XfsTest
+	Problems []string // run-level failures: no results, timeout, splats
+	Splats   []Splat
+	Seconds  float64
+	Serial   string
+	Results  string // xfstests' results directory, copied from the guest
+}
+
+func (c *XfstestsConfig) progress(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, "[%s] "+format+"\n", append([]any{c.Label}, args...)...)
+	}
+}
+
+// RunXfstests boots the kernel on a copy-on-write view of the image with
+// fresh test, scratch and control disks, runs ./check -overlay, and reads
+// the results back. An error means the run could not be set up or its
+// results not read; what happened in the guest is in the result.
+func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error) {
+	if c.FS != "ext4" && c.FS != "xfs" {
+		return nil, fmt.Errorf("xfstests base filesystem %q: want ext4 or xfs", c.FS)
+	}
+	for _, f := range []string{c.Kernel, c.Image} {
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("xfstests guest: %w", err)
+		}
+	}
+	if err := os.MkdirAll(c.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, a := range c.Check {
+		if strings.ContainsAny(a, " \t\n'\"$`\\") {
+			return nil, fmt.Errorf("check argument %q: no spaces, quotes or shell characters", a)
+		}
+	}
+	testImg, err := sizedDisk(ctx, c.WorkDir, "test", c.FS, xfstestsDiskSize)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(testImg)
+	scratchImg, err := sizedDisk(ctx, c.WorkDir, "scratch", c.FS, xfstestsDiskSize)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(scratchImg)
+	ctlImg, err := controlDisk(ctx, c.WorkDir, c.FS, c.Check)
+	if err != nil {
+		return nil, err
+	}
+
+	kargs := []string{"console=ttyS0", "root=/dev/vda", "rw", "rootfstype=ext4",
+		"init=/sbin/ovlkit-xfstests-init", "panic=-1", "printk.devkmsg=on", "tsc=reliable"}
+	if c.Accel == TCG {
+		if khz, ok := hostTSCkHz(); ok {
+			kargs = append(kargs, fmt.Sprintf("tsc_early_khz=%d", khz))
+		}
+	}
+	// The root disk comes first so that it is vda; snapshot=on keeps the
+	// guest's writes in a temporary file, so the cached image stays clean
+	// and two kernels can boot it at once. The others are found by serial.
+	args := []string{"-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
+		"-m", fmt.Sprint(c.MemoryMB),
+		"-kernel", c.Kernel, "-append", strings.Join(kargs, " "),
+		"-drive", "file=" + c.Image + ",if=none,id=root,format=raw,snapshot=on,cache=unsafe",
+		"-device", "virtio-blk-pci,drive=root,serial=ovlkit-root"}
+	for _, d := range []struct{ id, img, serial string }{
+		{"xtest", testImg, "ovlkit-xfstest"},
+		{"xscratch", scratchImg, "ovlkit-xfscratch"},
+		{"xctl", ctlImg, "ovlkit-control"},
+	} {
+		args = append(args,
+			"-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe", d.img, d.id),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,serial=%s", d.id, d.serial))
+	}
+	args = append(args, c.Accel.qemuArgs()...)
+
+	serialPath := filepath.Join(c.WorkDir, "serial.log")
+	serial, err := os.Create(serialPath)
+	if err != nil {
+		return nil, err
+	}
+	defer serial.Close()
+	runCtx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, c.QEMU, args...)
+	cmd.Stdin = nil
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	c.progress("boot %s on the xfstests image (%s, %d MiB, base %s, ./check -overlay %s)",
+		filepath.Base(c.Kernel), c.Accel, c.MemoryMB, c.FS, strings.Join(c.Check, " "))
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", c.QEMU, err)
+	}
+	var console []string
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		console = c.consume(stdout, serial, start)
+	}()
+	wg.Wait()
+	waitErr := cmd.Wait()
+	res := &XfstestsResult{Label: c.Label, FS: c.FS, Serial: serialPath, Seconds: time.Since(start).Seconds()}
+	switch {
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+		res.Problems = append(res.Problems, fmt.Sprintf("guest did not finish within %s; last console lines:\n%s",
+			c.Timeout, lastLines(console, 25)))
+	case waitErr != nil:
+		res.Problems = append(res.Problems, fmt.Sprintf("qemu failed: %v: %s; last console lines:\n%s",
+			waitErr, strings.TrimSpace(stderr.String()), lastLines(console, 25)))
+	}
+	c.progress("guest exited after %.1fs", res.Seconds)
+	res.Splats = FindSplats(console)
+	for _, s := range res.Splats {
+		res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
+	}
+	for _, l := range console {
+		if i := strings.Index(l, "ovlkit-xfstests: kernel "); i >= 0 {
+			f := strings.Fields(l[i+len("ovlkit-xfstests: kernel "):])
+			if len(f) > 0 {
+				res.Uname = strings.TrimSuffix(f[0], ",")
+			}
+			if j := strings.Index(l, "xfstests "); j >= 0 && len(f) > 2 {
+				res.Commit = strings.TrimSuffix(f[2], ",")
+			}
+		}
+	}
+
+	res.Results = filepath.Join(c.WorkDir, "results")
+	if err := readControlResults(ctx, ctlImg, res.Results); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("reading the results disk: %v", err))
+	} else {
+		_ = os.Remove(ctlImg)
+	}
+	xml, xerr := os.ReadFile(filepath.Join(res.Results, "result.xml"))
+	if xerr == nil {
+		res.Tests, err = parseXfstestsXunit(xml)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", filepath.Join(res.Results, "result.xml"), err)
+		}
+	}
+	if len(res.Tests) == 0 {
+		// No report (the guest died mid-run): take what the console shows.
+		res.Tests = parseCheckConsole(console)
+		if xerr != nil {
+			res.Problems = append(res.Problems, "guest wrote no result.xml (check did not finish); results taken from the console")
+		}
+	}
+	if len(res.Tests) == 0 {
+		res.Problems = append(res.Problems, fmt.Sprintf("no xfstests test ran; last console lines:\n%s", lastLines(console, 25)))
+	}
+	return res, nil
+}
+
+// xfstestsLine is a line check prints when a test ends.
+var xfstestsLine = regexp.MustCompile(`^((?:overlay|generic)/\d+)\s+(.*)$`)
+
+// consume stores the console, passes it on, and reports each finished test.
+func (c *XfstestsConfig) consume(r io.Reader, log io.Writer, start time.Time) []string {
+	var lines []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	n := 0
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		fmt.Fprintln(log, line)
+		if c.Console != nil {
+			fmt.Fprintln(c.Console, line)
+		}
+		lines = append(lines, line)
+		if m := xfstestsLine.FindStringSubmatch(line); m != nil {
+			n++
+			c.progress("%4d %s %s (%.0fs)", n, m[1], strings.TrimSpace(m[2]), time.Since(start).Seconds())
+		} else if i := strings.Index(line, "ovlkit-xfstests: "); i >= 0 {
+			c.progress("guest: %s (%.0fs)", line[i+len("ovlkit-xfstests: "):], time.Since(start).Seconds())
+		}
+	}
+	_, _ = io.Copy(io.Discard, r)
+	return lines
+}
+
+// sizedDisk makes a sparse image of size formatted with fs.
+func sizedDisk(ctx context.Context, dir, name, fs string, size int64) (string, error) {
+	cmdline, ok := mkfs[fs]
+	if !ok {
+		return "", fmt.Errorf("no disk filesystem %q", fs)
+	}
+	img := filepath.Join(dir, name+"-"+fs+".img")
+	f, err := os.Create(img)
+	if err != nil {
+		return "", err
+	}
+	err = f.Truncate(size)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", err
+	}
+	if out, err := exec.CommandContext(ctx, cmdline[0], append(cmdline[1:], img)...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s %s: %v: %s", cmdline[0], img, err, out)
+	}
+	return img, nil
+}
+
+// controlDisk writes the guest's run.sh and its settings into a small
+// ext4 image (mkfs.ext4 -d, so no loop device is needed on the host).
+func controlDisk(ctx context.Context, dir, fs string, check []string) (string, error) {
+	src := filepath.Join(dir, "control")
+	if err := os.RemoveAll(src); err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	env := fmt.Sprintf("FSTYP=%s\nCHECK_ARGS='%s'\n", fs, strings.Join(check, " "))
+	if err := os.WriteFile(filepath.Join(src, "env"), []byte(env), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "run.sh"), xfstestsGuestScript, 0o755); err != nil {
+		return "", err
+	}
+	img := filepath.Join(dir, "control.img")
+	_ = os.Remove(img)
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-d", src, img, "256M").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("mkfs.ext4 -d %s: %v: %s", src, err, out)
+	}
+	return img, os.RemoveAll(src)
+}
+
+// readControlResults copies /results off the control disk with debugfs,
+// which reads ext4 images without mounting them.
+func readControlResults(ctx context.Context, img, dst string) error {
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	tmp := dst + ".tmp"
+	_ = os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "debugfs", "-R", "rdump /results "+tmp, img).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("debugfs rdump: %v: %s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "results")); err != nil {
+		return fmt.Errorf("no results on the control disk (the guest never finished check): %s", strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(filepath.Join(tmp, "results"), dst); err != nil {
+		return err
+	}
+	return os.RemoveAll(tmp)
+}
+
+// xfstests' xunit report (common/report).
+type xunitSuite struct {
+	Cases []struct {
+		Name    string  `xml:"name,attr"`
+		Time    float64 `xml:"time,attr"`
+		Skipped *struct {
+			Message string `xml:"message,attr"`
+		} `xml:"skipped"`
+		Failure *struct {
+			Message string `xml:"message,attr"`
+			Type    string `xml:"type,attr"`
+		} `xml:"failure"`
+		SystemOut string `xml:"system-out"`
+		SystemErr string `xml:"system-err"`
+		KernelLog string `xml:"kernel-log"`
+	} `xml:"testcase"`
+}
+
+func parseXfstestsXunit(b []byte) ([]XfsTest, error) {
+	var s xunitSuite
+	if err := xml.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("parse xunit report: %w", err)
+	}
+	var tests []XfsTest
+	for _, tc := range s.Cases {
+		t := XfsTest{Name: tc.Name, Status: XfsPass, Seconds: tc.Time}
+		switch {
+		case tc.Failure != nil:
+			t.Status = XfsFail
+			t.Message = tc.Failure.Message
+			// The diff first: it is what a reader needs; then the
+			// kernel log when check found something there, then .full.
+			t.Output = strings.TrimSpace(strings.Join([]string{tc.SystemErr, tc.KernelLog, tc.SystemOut}, "\n"))
+		case tc.Skipped != nil:
+			t.Status = XfsNotRun
+			t.Message = tc.Skipped.Message
+		}
+		tests = append(tests, t)
+	}
+	sortXfs(tests)
+	return tests, nil
+}
+
+// parseCheckConsole reads check's per-test lines: "overlay/001 2s ...  1s",
+// "overlay/002       [not run] reason", "generic/003 - output mismatch
+// (see ...)", "[failed, exit status 1]" and the like.
+func parseCheckConsole(lines []string) []XfsTest {
+	var tests []XfsTest
+	seen := map[string]int{}
+	for i, l := range lines {
+		m := xfstestsLine.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			continue
+		}
+		t := XfsTest{Name: m[1], Status: XfsPass}
+		rest := m[2]
+		switch {
+		case strings.Contains(rest, "[not run]"):
+			t.Status = XfsNotRun
+			t.Message = strings.TrimSpace(rest[strings.Index(rest, "[not run]")+len("[not run]"):])
+		case strings.Contains(rest, "[expunged]"):
+			t.Status = XfsNotRun
+			t.Message = "expunged"
+		case strings.Contains(rest, "[failed") || strings.Contains(rest, "output mismatch") ||
+			strings.Contains(rest, "_check_"):
+			t.Status = XfsFail
+			t.Message = rest
+			var out []string
+			for _, o := range lines[i+1:] {
+				if xfstestsLine.MatchString(strings.TrimSpace(o)) || strings.HasPrefix(o, "Ran:") {
+					break
+				}
+				out = append(out, o)
+			}
+			t.Output = strings.Join(out, "\n")
+		}
+		if j, ok := seen[t.Name]; ok {
+			tests[j] = t
+			continue
+		}
+		seen[t.Name] = len(tests)
+		tests = append(tests, t)
+	}
+	sortXfs(tests)
+	return tests
+}
+
+func sortXfs(tests []XfsTest) {
+	sort.Slice(tests, func(i, j int) bool { return tests[i].Name < tests[j].Name })
+}
+
+// Counts returns passed, failed and not-run numbers.
+func (r *XfstestsResult) Counts() (pass, fail, notrun int) {
+	for _, t := range r.Tests {
+		switch t.Status {
+		case XfsPass:
+			pass++
+		case XfsFail:
+			fail++
+		default:
+			notrun++
+		}
+	}
+	return
+}
+
+// XfsDiff is a test whose outcome differs between two kernels.
+type XfsDiff struct {
+	Name         string
+	Base, Other  *XfsTest // nil when the test did not appear in that run
+	Regression   bool     // passes on Base, fails on Other
+	Fix          bool     // fails on Base, passes on Other
+	NotRunChange bool     // runs on one, not on the other
+}
+
+// CompareXfstests lists every test whose outcome differs between base
+// (the stock kernel) and other (the patched one).
+func CompareXfstests(base, other *XfstestsResult) []XfsDiff {
+	idx := func(r *XfstestsResult) map[string]*XfsTest {
+		m := map[string]*XfsTest{}
+		for i := range r.Tests {
+			m[r.Tests[i].Name] = &r.Tests[i]
+		}
+		return m
+	}
+	b, o := idx(base), idx(other)
+	names := map[string]bool{}
+	for n := range b {
+		names[n] = true
+	}
+	for n := range o {
+		names[n] = true
+	}
+	var sorted []string
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	sort.Strings(sorted)
+	var diffs []XfsDiff
+	for _, n := range sorted {
+		bt, ot := b[n], o[n]
+		st := func(t *XfsTest) XfsStatus {
+			if t == nil {
+				return "missing"
+			}
+			return t.Status
+		}
+		bs, os := st(bt), st(ot)
+		if bs == os {
+			continue
+		}
+		d := XfsDiff{Name: n, Base: bt, Other: ot}
+		switch {
+		case bs == XfsPass && os != XfsNotRun:
+			// A test that passed on stock and failed, or vanished
+			// because the guest died, on patched.
+			d.Regression = true
+		case bs == XfsFail && os == XfsPass:
+			d.Fix = true
+		default:
+			d.NotRunChange = true
+		}
+		diffs = append(diffs, d)
+	}
+	return diffs
+}
+
+// WriteXfstestsTable writes a reStructuredText table with one row per
+// test and a column per run, plus every failure's message.
+func WriteXfstestsTable(w io.Writer, runs ...*XfstestsResult) {
+	byName := map[string][]*XfsTest{}
+	for i, r := range runs {
+		for j := range r.Tests {
+			t := &r.Tests[j]
+			if byName[t.Name] == nil {
+				byName[t.Name] = make([]*XfsTest, len(runs))
+			}
+			byName[t.Name][i] = t
+		}
+	}
+	var names []string
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	width := []int{len("test")}
+	for _, n := range names {
+		width[0] = max(width[0], len(n))
+	}
+	head := []string{"test"}
+	for _, r := range runs {
+		head = append(head, r.Label+" ("+r.FS+")")
+	}
+	cell := func(t *XfsTest) string {
+		if t == nil {
+			return "-"
+		}
+		if t.Status == XfsPass {
+			return fmt.Sprintf("pass %.0fs", t.Seconds)
+		}
+		return string(t.Status)
+	}
+	for i := range runs {
+		wd := len(head[i+1])
+		for _, n := range names {
+			wd = max(wd, len(cell(byName[n][i])))
+		}
+		width = append(width, wd)
+	}
+	rule := func() {
+		var parts []string
+		for _, wd := range width {
+			parts = append(parts, strings.Repeat("=", wd))
+		}
+		fmt.Fprintln(w, strings.Join(parts, "  "))
+	}
+	row := func(cols []string) {
+		var parts []string
+		for i, c := range cols {
+			parts = append(parts, fmt.Sprintf("%-*s", width[i], c))
+		}
+		fmt.Fprintln(w, strings.TrimRight(strings.Join(parts, "  "), " "))
+	}
+	rule()
+	row(head)
+	rule()
+	for _, n := range names {
+		cols := []string{n}
+		for i := range runs {
+			cols = append(cols, cell(byName[n][i]))
+		}
+		row(cols)
+	}
+	rule()
+}
+
+// WriteXfstestsJUnit writes every run as a test suite named after its
+// kernel and base filesystem.
+func WriteXfstestsJUnit(path string, runs ...*XfstestsResult) error {
+	type failure struct {
+		Message string `xml:"message,attr"`
+		Body    string `xml:",chardata"`
+	}
+	type skipped struct {
+		Message string `xml:"message,attr"`
+	}
+	type testcase struct {
+		Name      string   `xml:"name,attr"`
+		Classname string   `xml:"classname,attr"`
+		Time      string   `xml:"time,attr"`
+		Failure   *failure `xml:"failure,omitempty"`
+		Skipped   *skipped `xml:"skipped,omitempty"`
+	}
+	type suite struct {
+		Name     string     `xml:"name,attr"`
+		Tests    int        `xml:"tests,attr"`
+		Failures int        `xml:"failures,attr"`
+		Skipped  int        `xml:"skipped,attr"`
+		Time     string     `xml:"time,attr"`
+		Cases    []testcase `xml:"testcase"`
+	}
+	type suites struct {
+		XMLName xml.Name `xml:"testsuites"`
+		Suites  []suite  `xml:"testsuite"`
+	}
+	var all suites
+	for _, r := range runs {
+		s := suite{Name: fmt.Sprintf("xfstests-overlay.%s.%s", r.Label, r.FS), Time: fmt.Sprintf("%.1f", r.Seconds)}
+		for _, t := range r.Tests {
+			tc := testcase{Name: t.Name, Classname: s.Name, Time: fmt.Sprintf("%.0f", t.Seconds)}
+			switch t.Status {
+			case XfsFail:
+				tc.Failure = &failure{Message: t.Message, Body: t.Output}
+				s.Failures++
+			case XfsNotRun:
+				tc.Skipped = &skipped{Message: t.Message}
+				s.Skipped++
+			}
+			s.Cases = append(s.Cases, tc)
+			s.Tests++
+		}
+		for i, p := range r.Problems {
+			s.Cases = append(s.Cases, testcase{Name: fmt.Sprintf("run-problem-%d", i+1), Classname: s.Name,
+				Time: "0", Failure: &failure{Message: firstLine(p), Body: p}})
+			s.Tests++
+			s.Failures++
+		}
+		all.Suites = append(all.Suites, s)
+	}
+	b, err := xml.MarshalIndent(all, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte(xml.Header), append(b, '\n')...), 0o644)
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return l
+}

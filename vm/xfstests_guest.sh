@@ -1,0 +1,52 @@
+#!/bin/bash
+# Runs in the xfstests guest as /ovlkit/run.sh, started by the image's
+# init (scripts/xfstests-image.sh) from the control disk that
+# vm.RunXfstests writes. /ovlkit/env sets FSTYP (the base filesystem of
+# the test and scratch disks) and CHECK_ARGS (groups or tests for
+# ./check). Results go back on the control disk under /ovlkit/results.
+set -u
+. /ovlkit/env
+
+say() { echo "ovlkit-xfstests: $*"; }
+
+disk() {
+	local s
+	for s in /sys/block/vd*/serial; do
+		if [ "$(cat "$s" 2>/dev/null)" = "$1" ]; then
+			echo "/dev/$(basename "$(dirname "$s")")"
+			return 0
+		fi
+	done
+	return 1
+}
+
+test_dev=$(disk ovlkit-xfstest) || { say "no test disk"; exit 1; }
+scratch_dev=$(disk ovlkit-xfscratch) || { say "no scratch disk"; exit 1; }
+say "kernel $(uname -r), xfstests $(cat /opt/xfstests/COMMIT), base $FSTYP: test $test_dev scratch $scratch_dev"
+mkdir -p /mnt/test /mnt/scratch
+
+# README.overlay: the base filesystems are formatted beforehand (the host
+# made them) and ./check -overlay mounts overlays on top of them.
+cat >/opt/xfstests/local.config <<EOF
+export FSTYP=$FSTYP
+export TEST_DEV=$test_dev
+export TEST_DIR=/mnt/test
+export SCRATCH_DEV=$scratch_dev
+export SCRATCH_MNT=/mnt/scratch
+EOF
+
+cd /opt/xfstests || exit 1
+rm -rf results
+start=$(date +%s)
+say "./check -overlay -R xunit $CHECK_ARGS"
+# shellcheck disable=SC2086 # CHECK_ARGS is a list of words on purpose
+./check -overlay -R xunit $CHECK_ARGS
+rc=$?
+say "check exited $rc after $(($(date +%s) - start))s"
+
+mkdir -p /ovlkit/results
+cp -a results/. /ovlkit/results/ 2>/dev/null
+dmesg >/ovlkit/results/dmesg.txt
+echo "$rc" >/ovlkit/results/check.rc
+sync
+say "done"

@@ -1,0 +1,180 @@
+package vm
+
+import (
+	"bytes"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A report as xfstests' common/report writes it, with a pass, a not-run
+// test and a failure carrying the diff, the kernel log and .full.
+const sampleXunit = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="xfstests" failures="1" skipped="1" tests="3" time="40" hostname="ovlkit-xfstests">
+	<properties>
+		<property name="FSTYP" value="overlay"/>
+	</properties>
+	<testcase classname="xfstests.global" name="overlay/001" time="3">
+	</testcase>
+	<testcase classname="xfstests.global" name="generic/002" time="0">
+		<skipped message="this test requires a valid $SCRATCH_DEV" />
+	</testcase>
+	<testcase classname="xfstests.global" name="overlay/010" time="5">
+		<failure message="- output mismatch (see /opt/xfstests/results//overlay/010.out.bad)" type="TestFail" />
+		<system-out>
+<![CDATA[
+full output
+]]>
+		</system-out>
+		<kernel-log>
+<![CDATA[
+[   12.3] overlayfs: failed
+]]>
+		</kernel-log>
+		<system-err>
+<![CDATA[
+--- tests/overlay/010.out
++++ /opt/xfstests/results//overlay/010.out.bad
+-Silence is golden
+]]>
+		</system-err>
+	</testcase>
+</testsuite>
+`
+
+func TestParseXfstestsXunit(t *testing.T) {
+	tests, err := parseXfstestsXunit([]byte(sampleXunit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tests) != 3 {
+		t.Fatalf("got %d tests, want 3: %+v", len(tests), tests)
+	}
+	want := map[string]XfsStatus{"overlay/001": XfsPass, "generic/002": XfsNotRun, "overlay/010": XfsFail}
+	for _, tc := range tests {
+		if tc.Status != want[tc.Name] {
+			t.Errorf("%s: status %s, want %s", tc.Name, tc.Status, want[tc.Name])
+		}
+	}
+	fail := tests[2]
+	if fail.Name != "overlay/010" || !strings.Contains(fail.Message, "output mismatch") {
+		t.Errorf("failure %+v lacks its message", fail)
+	}
+	// The diff comes before the kernel log and .full.
+	d, k, f := strings.Index(fail.Output, "-Silence"), strings.Index(fail.Output, "overlayfs: failed"), strings.Index(fail.Output, "full output")
+	if d < 0 || k < 0 || f < 0 || !(d < k && k < f) {
+		t.Errorf("failure output out of order or incomplete:\n%s", fail.Output)
+	}
+	if tests[0].Message != "this test requires a valid $SCRATCH_DEV" {
+		t.Errorf("not-run reason %q", tests[0].Message)
+	}
+}
+
+func TestParseCheckConsole(t *testing.T) {
+	console := strings.Split(`FSTYP         -- overlay
+overlay/001 3s ...  2s
+overlay/002       [not run] this test requires a valid $SCRATCH_DEV
+generic/003 1s ... - output mismatch (see /opt/xfstests/results//generic/003.out.bad)
+    --- tests/generic/003.out
+    +++ /opt/xfstests/results//generic/003.out.bad
+    @@ -1 +1 @@
+generic/004 [failed, exit status 1]- output mismatch (see /opt/xfstests/results//generic/004.out.bad)
+generic/005       [expunged]
+Ran: overlay/001 generic/003 generic/004`, "\n")
+	got := map[string]XfsTest{}
+	for _, tc := range parseCheckConsole(console) {
+		got[tc.Name] = tc
+	}
+	want := map[string]XfsStatus{"overlay/001": XfsPass, "overlay/002": XfsNotRun,
+		"generic/003": XfsFail, "generic/004": XfsFail, "generic/005": XfsNotRun}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for n, s := range want {
+		if got[n].Status != s {
+			t.Errorf("%s: %s, want %s", n, got[n].Status, s)
+		}
+	}
+	if !strings.Contains(got["generic/003"].Output, "+++ /opt/xfstests/results//generic/003.out.bad") {
+		t.Errorf("generic/003 output %q lacks the diff", got["generic/003"].Output)
+	}
+}
+
+func TestCompareXfstests(t *testing.T) {
+	stock := &XfstestsResult{Label: "stock", Tests: []XfsTest{
+		{Name: "overlay/001", Status: XfsPass},
+		{Name: "overlay/002", Status: XfsPass},
+		{Name: "overlay/003", Status: XfsFail},
+		{Name: "overlay/004", Status: XfsNotRun},
+		{Name: "overlay/005", Status: XfsPass},
+		{Name: "overlay/006", Status: XfsFail},
+	}}
+	patched := &XfstestsResult{Label: "patched", Tests: []XfsTest{
+		{Name: "overlay/001", Status: XfsPass},
+		{Name: "overlay/002", Status: XfsFail},
+		{Name: "overlay/003", Status: XfsPass},
+		{Name: "overlay/004", Status: XfsPass},
+		// overlay/005 is missing: the guest died before it.
+		{Name: "overlay/006", Status: XfsFail},
+	}}
+	diffs := CompareXfstests(stock, patched)
+	kinds := map[string]string{}
+	for _, d := range diffs {
+		switch {
+		case d.Regression:
+			kinds[d.Name] = "regression"
+		case d.Fix:
+			kinds[d.Name] = "fix"
+		case d.NotRunChange:
+			kinds[d.Name] = "notrun"
+		}
+	}
+	want := map[string]string{"overlay/002": "regression", "overlay/003": "fix",
+		"overlay/004": "notrun", "overlay/005": "regression"}
+	if len(kinds) != len(want) {
+		t.Fatalf("diffs %v, want %v", kinds, want)
+	}
+	for n, k := range want {
+		if kinds[n] != k {
+			t.Errorf("%s: %q, want %q", n, kinds[n], k)
+		}
+	}
+}
+
+func TestWriteXfstestsReports(t *testing.T) {
+	runs := []*XfstestsResult{
+		{Label: "stock", FS: "ext4", Tests: []XfsTest{{Name: "overlay/001", Status: XfsPass, Seconds: 2}}},
+		{Label: "patched", FS: "ext4", Tests: []XfsTest{{Name: "overlay/001", Status: XfsFail, Message: "output mismatch"}},
+			Problems: []string{"kernel WARNING report:\nWARNING: at fs/overlayfs"}},
+	}
+	var b bytes.Buffer
+	WriteXfstestsTable(&b, runs...)
+	for _, s := range []string{"stock (ext4)", "patched (ext4)", "overlay/001", "pass 2s", "fail"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, b.String())
+		}
+	}
+	path := filepath.Join(t.TempDir(), "junit.xml")
+	if err := WriteXfstestsJUnit(path, runs...); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Suites []struct {
+			Name     string `xml:"name,attr"`
+			Failures int    `xml:"failures,attr"`
+			Tests    int    `xml:"tests,attr"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Suites) != 2 || doc.Suites[0].Failures != 0 || doc.Suites[1].Failures != 2 || doc.Suites[1].Tests != 2 {
+		t.Errorf("JUnit suites %+v: want stock clean, patched with the failing test and the run problem", doc.Suites)
+	}
+}
