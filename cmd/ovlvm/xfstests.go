@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ovlkit/ovlkit/vm"
+)
+
+// cmdXfstests runs xfstests' overlay tests (./check -overlay) in the
+// Debian guest on the stock and the patched kernel with the same
+// configuration and lists every test that passes on stock and fails on
+// patched.
+func cmdXfstests(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("xfstests", flag.ExitOnError)
+	top := fs.String("C", ".", "ovlkit source tree")
+	cache := fs.String("cache", defaultCache(), "cache directory (image, accelerator probe, run dirs)")
+	kbase := fs.String("kbase", envOr("KBASE", defaultKBase), "kernel base: which linux-source trees stock and patched name")
+	kernels := fs.String("kernel", "stock,patched", "kernels to run, comma-separated; the first is the baseline")
+	fsList := fs.String("fs", "ext4", "base filesystems of the test and scratch disks, comma-separated: ext4, xfs")
+	group := fs.String("g", "quick", "xfstests group(s) for ./check -g (overlay tests and the generic ones that run on overlay)")
+	tests := fs.String("tests", "", "comma-separated tests to run instead of a group (overlay/001,generic/001)")
+	exclude := fs.String("x", "", "comma-separated tests to leave out (./check -e)")
+	image := fs.String("image", "", "root image (default: scripts/xfstests-image.sh builds or finds it)")
+	accel := fs.String("accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
+	mem := fs.Int("mem", 2048, "guest memory in MiB")
+	timeout := fs.Duration("timeout", 6*time.Hour, "timeout for each VM")
+	junit := fs.String("junit", "", "write a JUnit XML report here")
+	table := fs.String("table", "", "write the per-test table (reStructuredText) here")
+	verbose := fs.Bool("v", false, "show the guest consoles")
+	fs.Parse(args)
+
+	check := []string{}
+	switch {
+	case *tests != "":
+		check = append(check, strings.Split(*tests, ",")...)
+	case *group != "":
+		check = append(check, "-g", *group)
+	default:
+		return errors.New("-g or -tests is needed")
+	}
+	if *exclude != "" {
+		check = append(check, "-e", *exclude)
+	}
+	abs, err := filepath.Abs(*top)
+	if err != nil {
+		return err
+	}
+	type kernel struct{ name, path string }
+	var ks []kernel
+	for _, k := range strings.Split(*kernels, ",") {
+		p, err := resolveKernel(abs, *kbase, k)
+		if err != nil {
+			return err
+		}
+		ks = append(ks, kernel{k, p})
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return errors.New("qemu-system-x86_64 not found (run scripts/deps.sh)")
+	}
+	if err := os.MkdirAll(*cache, 0o755); err != nil {
+		return err
+	}
+	if *image == "" {
+		t0 := time.Now()
+		progress("image: scripts/xfstests-image.sh (cached by Debian suite and xfstests commit)")
+		cmd := exec.CommandContext(ctx, filepath.Join(abs, "scripts", "xfstests-image.sh"))
+		cmd.Env = append(os.Environ(), "CACHE="+*cache)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return fmt.Errorf("scripts/xfstests-image.sh: %w", err)
+		}
+		// The path is the last line; tools the script runs may print more.
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		*image = strings.TrimSpace(lines[len(lines)-1])
+		progress("image: %s (%.0fs)", *image, time.Since(t0).Seconds())
+	}
+	var acc vm.Accelerator
+	switch *accel {
+	case "tcg":
+		acc = vm.TCG
+	case "kvm":
+		acc = vm.KVM
+	case "auto":
+		var why string
+		acc, why = vm.DetectAccel(ctx, qemu, ks[0].path, filepath.Join(*cache, "accel"))
+		progress("accelerator: %s (%s)", acc, why)
+	default:
+		return fmt.Errorf("-accel %q: want auto, kvm or tcg", *accel)
+	}
+	pruneRuns(*cache, 24*time.Hour)
+	runRoot, err := os.MkdirTemp(*cache, "run-xfstests-")
+	if err != nil {
+		return err
+	}
+
+	var all []*vm.XfstestsResult
+	var failures []string
+	for _, f := range strings.Split(*fsList, ",") {
+		f = strings.TrimSpace(f)
+		// Every kernel at once: each guest has one vCPU.
+		res := make([]*vm.XfstestsResult, len(ks))
+		errs := make([]error, len(ks))
+		var wg sync.WaitGroup
+		for i, k := range ks {
+			var console io.Writer
+			if *verbose {
+				console = prefixWriter(os.Stderr, k.name)
+			}
+			c := vm.XfstestsConfig{
+				Label: k.name, Kernel: k.path, Image: *image, FS: f, Check: check,
+				QEMU: qemu, Accel: acc, MemoryMB: *mem, Timeout: *timeout,
+				WorkDir:  filepath.Join(runRoot, k.name+"-"+f),
+				Progress: os.Stderr, Console: console,
+			}
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				res[i], errs[i] = vm.RunXfstests(ctx, c)
+			}(i)
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		all = append(all, res...)
+		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
+	}
+	if *table != "" {
+		if err := writeXfsTables(*table, all); err != nil {
+			return err
+		}
+		progress("table: %s", *table)
+	}
+	if *junit != "" {
+		if err := vm.WriteXfstestsJUnit(*junit, all...); err != nil {
+			return err
+		}
+		progress("JUnit report: %s", *junit)
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("xfstests: %s", strings.Join(failures, "; "))
+	}
+	return nil
+}
+
+// reportXfstests prints counts per kernel, every difference from the
+// first (baseline) kernel, and the output of each regression. It returns
+// what fails the run: regressions and runs that did not complete.
+func reportXfstests(w io.Writer, fs string, res []*vm.XfstestsResult) []string {
+	var failures []string
+	fmt.Fprintf(w, "\nxfstests ./check -overlay on %s\n", fs)
+	for _, r := range res {
+		p, f, n := r.Counts()
+		commit := r.Commit
+		if commit == "" {
+			commit = "unknown"
+		}
+		fmt.Fprintf(w, "  %-8s %s: %d passed, %d failed, %d not run in %.0fs (xfstests %s; serial log %s)\n",
+			r.Label, r.Uname, p, f, n, r.Seconds, commit, r.Serial)
+		for _, p := range r.Problems {
+			fmt.Fprintf(w, "  PROBLEM [%s] %s\n", r.Label, strings.ReplaceAll(p, "\n", "\n    "))
+			failures = append(failures, fmt.Sprintf("%s on %s: %s", r.Label, fs, firstLines(p, 1)))
+		}
+	}
+	for _, r := range res[1:] {
+		diffs := vm.CompareXfstests(res[0], r)
+		var regress []vm.XfsDiff
+		for _, d := range diffs {
+			status := func(t *vm.XfsTest) string {
+				if t == nil {
+					return "missing"
+				}
+				return string(t.Status)
+			}
+			fmt.Fprintf(w, "  %-12s %s %s, %s %s\n", d.Name, res[0].Label, status(d.Base), r.Label, status(d.Other))
+			if d.Regression {
+				regress = append(regress, d)
+			}
+		}
+		if len(diffs) == 0 {
+			fmt.Fprintf(w, "  every test has the same outcome on %s and %s\n", res[0].Label, r.Label)
+		}
+		for _, d := range regress {
+			fmt.Fprintf(w, "\nREGRESSION [%s, %s] %s passes on %s and fails on %s\n", r.Label, fs, d.Name, res[0].Label, r.Label)
+			if d.Other != nil {
+				fmt.Fprintf(w, "    %s\n    %s\n", d.Other.Message, strings.ReplaceAll(firstLines(d.Other.Output, 60), "\n", "\n    "))
+			}
+			failures = append(failures, fmt.Sprintf("%s regresses on %s (%s)", d.Name, r.Label, fs))
+		}
+	}
+	for _, r := range res {
+		for _, t := range r.Tests {
+			if t.Status == vm.XfsFail {
+				fmt.Fprintf(w, "  fails on %s (%s): %s %s\n", r.Label, fs, t.Name, t.Message)
+			}
+		}
+	}
+	return failures
+}
+
+func writeXfsTables(path string, all []*vm.XfstestsResult) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	byFS := map[string][]*vm.XfstestsResult{}
+	var order []string
+	for _, r := range all {
+		if byFS[r.FS] == nil {
+			order = append(order, r.FS)
+		}
+		byFS[r.FS] = append(byFS[r.FS], r)
+	}
+	for _, fs := range order {
+		fmt.Fprintf(f, "Base filesystem %s, xfstests %s:\n\n", fs, byFS[fs][0].Commit)
+		vm.WriteXfstestsTable(f, byFS[fs]...)
+		fmt.Fprintln(f)
+	}
+	return f.Close()
+}
