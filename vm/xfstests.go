@@ -29,8 +29,8 @@ import (
 var xfstestsGuestScript []byte
 
 // xfstestsDiskSize is the size of the sparse test and scratch disks; some
-// generic tests fill or preallocate several GiB on the scratch device.
-const xfstestsDiskSize = 8 << 30
+// tests want 8 GiB free on the scratch device (overlay/001) or fill it.
+const xfstestsDiskSize = 16 << 30
 
 // XfstestsConfig describes one xfstests guest run.
 type XfstestsConfig struct {
@@ -213,6 +213,22 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 		res.Problems = append(res.Problems, fmt.Sprintf("reading the results disk: %v", err))
 	} else {
 		_ = os.Remove(ctlImg)
+	}
+	// The console shows only a panic's messages (xfstests_guest.sh);
+	// every other report is in the kernel log the guest copied back.
+	if kmsg, err := os.ReadFile(filepath.Join(res.Results, "dmesg.txt")); err == nil {
+		seen := map[string]bool{}
+		for _, s := range res.Splats {
+			seen[s.Kind+"\x00"+stripTimestamp(s.Excerpt[0])] = true
+		}
+		for _, s := range FindSplats(strings.Split(string(kmsg), "\n")) {
+			if key := s.Kind + "\x00" + stripTimestamp(s.Excerpt[0]); !seen[key] {
+				seen[key] = true
+				res.Splats = append(res.Splats, s)
+				res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report in the guest's kernel log:\n%s",
+					s.Kind, strings.Join(s.Excerpt, "\n")))
+			}
+		}
 	}
 	xml, xerr := os.ReadFile(filepath.Join(res.Results, "result.xml"))
 	if xerr == nil {
