@@ -19,8 +19,6 @@ import (
 	"testing"
 
 	"github.com/moby/sys/mountinfo"
-
-	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
 // Subjects of the patches that add the mount options these tests show,
@@ -30,19 +28,6 @@ const (
 	subjectStrictOpaque = "ovl: validate the opaque xattr value"
 	subjectFsync        = "ovl: add fsync=auto|strict|volatile mount option"
 )
-
-// needFS returns the scratch filesystem called name. The harness always
-// attaches ext4, xfs and btrfs, so a missing one is a failure, not a skip.
-func needFS(t testing.TB, name string) guesttest.FS {
-	t.Helper()
-	for _, fs := range guesttest.Filesystems() {
-		if fs.Name == name {
-			return fs
-		}
-	}
-	t.Fatalf("no %s scratch filesystem in this guest", name)
-	return guesttest.FS{}
-}
 
 // writeFile makes a lower file for a test to copy up.
 func writeFile(t testing.TB, path string) {

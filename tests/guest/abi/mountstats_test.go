@@ -37,8 +37,8 @@ func TestMountstatsProcfs(t *testing.T) {
 		opts []string
 	}{
 		{tmpfs, nil},
-		{needFS(t, "ext4"), nil},
-		{needFS(t, "xfs"), []string{"redirect_dir=on", "metacopy=on"}},
+		{guesttest.NeedFS(t, "ext4"), nil},
+		{guesttest.NeedFS(t, "xfs"), []string{"redirect_dir=on", "metacopy=on"}},
 	}
 	for _, u := range uppers {
 		l := guesttest.NewLayers(t, u.fs.Scratch(t, ""), 1)

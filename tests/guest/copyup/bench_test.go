@@ -67,7 +67,7 @@ func mountBench(b *testing.B, upper guesttest.FS, lower string, mode benchMode) 
 // triggered by opening it for writing.
 func BenchmarkCopyUpFile(b *testing.B) {
 	for _, fsPair := range benchUppers {
-		upper, lowerFS := needFS(b, fsPair[0]), needFS(b, fsPair[1])
+		upper, lowerFS := guesttest.NeedFS(b, fsPair[0]), guesttest.NeedFS(b, fsPair[1])
 		b.Run(upper.Name, func(b *testing.B) {
 			for _, mode := range benchModes {
 				b.Run(mode.name, func(b *testing.B) {
@@ -132,7 +132,7 @@ func treeDirs(b *testing.B) int {
 // and file is copied up, as a container's first recursive chown does.
 func BenchmarkCopyUpTree(b *testing.B) {
 	for _, fsPair := range benchUppers {
-		upper, lowerFS := needFS(b, fsPair[0]), needFS(b, fsPair[1])
+		upper, lowerFS := guesttest.NeedFS(b, fsPair[0]), guesttest.NeedFS(b, fsPair[1])
 		b.Run(upper.Name, func(b *testing.B) {
 			dirs := treeDirs(b)
 			lower := filepath.Join(lowerFS.Scratch(b, ""), "lower")

@@ -98,7 +98,7 @@ func TestFsyncOptionValues(t *testing.T) {
 // follows its last xfs_setattr. It also holds for a metadata-only copy up.
 func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
 	guesttest.Proves(t, subjectFsync)
-	xfs := needFS(t, "xfs")
+	xfs := guesttest.NeedFS(t, "xfs")
 	l := splitLayers(t, xfs)
 	lowerTree(t, l.Lower[0])
 	l.Mount(t, "fsync=strict")
@@ -146,7 +146,7 @@ func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
 // This is what every kernel does, so it is no proof of the option.
 func TestFsyncAutoKeepsDataSync(t *testing.T) {
 	guesttest.Keeps(t, "the default syncs the data of a copy up before its attributes, and no directory")
-	xfs := needFS(t, "xfs")
+	xfs := guesttest.NeedFS(t, "xfs")
 	l := splitLayers(t, xfs)
 	lowerTree(t, l.Lower[0])
 	l.Mount(t)
@@ -176,7 +176,7 @@ func TestFsyncAutoKeepsDataSync(t *testing.T) {
 // directory, i.e. before they are renamed or linked into place.
 func TestFsyncStrictBeforeRename(t *testing.T) {
 	guesttest.Proves(t, subjectFsync)
-	ext4 := needFS(t, "ext4")
+	ext4 := guesttest.NeedFS(t, "ext4")
 	l := splitLayers(t, ext4)
 	lowerTree(t, l.Lower[0])
 	l.Mount(t, "fsync=strict")
@@ -215,7 +215,7 @@ func TestFsyncStrictBeforeRename(t *testing.T) {
 // directory, and no sync of copied up data.
 func TestFsyncVolatileAlias(t *testing.T) {
 	guesttest.Proves(t, subjectFsync)
-	xfs := needFS(t, "xfs")
+	xfs := guesttest.NeedFS(t, "xfs")
 	var shown [][]string
 	for _, opt := range []string{"volatile", "fsync=volatile"} {
 		l := splitLayers(t, xfs)
@@ -263,7 +263,7 @@ var xfsMetacopyRemoval = []string{"xfs/xfs_attr_sf_remove", "xfs/xfs_attr_leaf_r
 // the upper file would then claim to be complete and read as holes.
 func TestFsyncStrictMetacopyDataOrder(t *testing.T) {
 	guesttest.Proves(t, subjectFsync)
-	xfs := needFS(t, "xfs")
+	xfs := guesttest.NeedFS(t, "xfs")
 	l := splitLayers(t, xfs)
 	lowerTree(t, l.Lower[0])
 	l.Mount(t, "metacopy=on", "fsync=strict")

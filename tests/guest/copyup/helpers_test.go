@@ -21,23 +21,9 @@ import (
 
 // Subjects of the patches these tests prove, exactly as in patches/6.1.
 const (
-	subjectFsync      = "ovl: add fsync=auto|strict|volatile mount option"
-	subjectTrace      = "ovl: add tracepoints for copy-up and upper fs feature probing"
-	subjectMountstats = "ovl: report copy-up statistics in /proc/self/mountstats"
+	subjectFsync = "ovl: add fsync=auto|strict|volatile mount option"
+	subjectTrace = "ovl: add tracepoints for copy-up and upper fs feature probing"
 )
-
-// needFS returns the scratch filesystem called name. The harness always
-// attaches ext4, xfs and btrfs, so a missing one is a failure, not a skip.
-func needFS(t testing.TB, name string) guesttest.FS {
-	t.Helper()
-	for _, fs := range guesttest.Filesystems() {
-		if fs.Name == name {
-			return fs
-		}
-	}
-	t.Fatalf("no %s scratch filesystem in this guest", name)
-	return guesttest.FS{}
-}
 
 // splitLayers makes overlay layers whose upper and work directories are on
 // upper while the lower layer is on a fresh tmpfs. Copy-up then has to copy

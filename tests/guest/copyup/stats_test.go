@@ -186,7 +186,7 @@ func TestStatsScript(t *testing.T) {
 // two halves of a metacopy=on copy up.
 func TestStatsStrictAndMetacopy(t *testing.T) {
 	guesttest.Proves(t, subjectStats)
-	ext4 := needFS(t, "ext4")
+	ext4 := guesttest.NeedFS(t, "ext4")
 	l := splitLayers(t, ext4)
 	lower := l.Lower[0]
 	mkdir(t, filepath.Join(lower, "d"), 0o755)
@@ -225,7 +225,7 @@ func TestStatsStrictAndMetacopy(t *testing.T) {
 // which clones the data instead of copying it.
 func TestStatsCloned(t *testing.T) {
 	guesttest.Proves(t, subjectStats)
-	btrfs := needFS(t, "btrfs")
+	btrfs := guesttest.NeedFS(t, "btrfs")
 	l := guesttest.NewLayers(t, btrfs.Scratch(t, ""), 1)
 	writeFile(t, filepath.Join(l.Lower[0], "f"), 1<<20, 0o644)
 	l.Mount(t)

@@ -157,7 +157,7 @@ func TestTraceWriteOneFile(t *testing.T) {
 // copies up metadata only, a later write copies the data.
 func TestTraceMetacopy(t *testing.T) {
 	guesttest.Proves(t, subjectTrace)
-	ext4 := needFS(t, "ext4")
+	ext4 := guesttest.NeedFS(t, "ext4")
 	const size = 1 << 20
 	l := splitLayers(t, ext4)
 	writeFile(t, filepath.Join(l.Lower[0], "f"), size, 0o644)

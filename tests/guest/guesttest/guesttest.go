@@ -122,6 +122,19 @@ func UnfitDisk(t testing.TB, name string) string {
 	return ""
 }
 
+// NeedFS returns the scratch filesystem called name. The harness always
+// attaches ext4, xfs and btrfs, so a missing one is a failure, not a skip.
+func NeedFS(t testing.TB, name string) FS {
+	t.Helper()
+	for _, fs := range Filesystems() {
+		if fs.Name == name {
+			return fs
+		}
+	}
+	t.Fatalf("no %s scratch filesystem in this guest", name)
+	return FS{}
+}
+
 // ForEachFS runs fn as a subtest named after each filesystem. A test that
 // needs all four uppers fails when one is missing rather than passing on
 // fewer: the harness always attaches ext4, xfs and btrfs.
