@@ -34,8 +34,14 @@ func OpenKmsg(t testing.TB) *Kmsg {
 	return k
 }
 
+// testMarkerPrefix starts the line the guest init logs when a test starts
+// (initramfs/ovlinit), so that kernel reports can name the running test.
+// It names the test, so it would match what tests look for in the log.
+const testMarkerPrefix = "ovlkit: run "
+
 // Lines returns the messages logged since the previous call (or since
-// OpenKmsg), without their priority and sequence prefix.
+// OpenKmsg), without their priority and sequence prefix, and without the
+// guest init's test markers.
 func (k *Kmsg) Lines(t testing.TB) []string {
 	t.Helper()
 	var out []string
@@ -54,7 +60,9 @@ func (k *Kmsg) Lines(t testing.TB) []string {
 		rec := string(buf[:n])
 		if _, msg, ok := strings.Cut(rec, ";"); ok {
 			msg, _, _ = strings.Cut(msg, "\n")
-			out = append(out, msg)
+			if !strings.HasPrefix(msg, testMarkerPrefix) {
+				out = append(out, msg)
+			}
 		}
 	}
 }
