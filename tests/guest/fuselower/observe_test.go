@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -147,7 +146,7 @@ func observe(t *testing.T, c opaqueCase, v variant, extra ...string) (observatio
 		if o.lstatErr == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			o.lstatErr = fmt.Errorf("d has mode %o, want a directory", st.Mode)
 		}
-		o.names, o.readdirErr = readNames(filepath.Join(m, "d"))
+		o.names, o.readdirErr = guesttest.ReadNames(filepath.Join(m, "d"))
 		o.readErr = readExpect(filepath.Join(m, "d", "f"), fileContent)
 		o.hiddenErr = unix.Lstat(filepath.Join(m, "d", "hidden"), &st)
 		o.topErr = readExpect(filepath.Join(m, "top"), topContent)
@@ -221,20 +220,6 @@ func errnoOf(err error) unix.Errno {
 		return errno
 	}
 	return 0
-}
-
-func readNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	got, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(got)
-	return got, nil
 }
 
 // readExpect reads path and fails when it does not hold want.

@@ -122,6 +122,21 @@ func UnfitDisk(t testing.TB, name string) string {
 	return ""
 }
 
+// ReadNames returns the names in dir, sorted, as one opendir/readdir/close.
+func ReadNames(dir string) ([]string, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	got, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(got)
+	return got, nil
+}
+
 // NeedFS returns the scratch filesystem called name. The harness always
 // attaches ext4, xfs and btrfs, so a missing one is a failure, not a skip.
 func NeedFS(t testing.TB, name string) FS {

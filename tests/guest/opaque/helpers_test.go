@@ -95,25 +95,11 @@ func setXattr(t testing.TB, path, name, value string) {
 // names lists dir sorted, failing the test on error.
 func names(t testing.TB, dir string) []string {
 	t.Helper()
-	got, err := readNames(dir)
+	got, err := guesttest.ReadNames(dir)
 	if err != nil {
 		t.Fatalf("readdir %s: %v", dir, err)
 	}
 	return got
-}
-
-func readNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	got, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(got)
-	return got, nil
 }
 
 func expectNames(t testing.TB, dir string, want ...string) {

@@ -147,7 +147,7 @@ func TestOpaqueInvalidValueStrictEIO(t *testing.T) {
 			if !errors.Is(err, unix.EIO) {
 				t.Errorf("lstat %s with an invalid opaque xattr under strict_opaque: %v, want EIO", dir, err)
 			}
-			if _, err := readNames(merged(l, dir)); !errors.Is(err, unix.EIO) {
+			if _, err := guesttest.ReadNames(merged(l, dir)); !errors.Is(err, unix.EIO) {
 				t.Errorf("readdir %s under strict_opaque: %v, want EIO", dir, err)
 			}
 			want := []string{"invalid " + ns.opaque(), layer + "/" + dir + " "}
