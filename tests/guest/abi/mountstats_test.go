@@ -52,19 +52,7 @@ func TestMountstatsProcfs(t *testing.T) {
 		mountPoints = append(mountPoints, l.Merged)
 	}
 
-	// Exactly node_exporter's calls (collector/mountstats_linux.go).
-	fs, err := procfs.NewFS("/proc")
-	if err != nil {
-		t.Fatalf("procfs.NewFS: %v", err)
-	}
-	proc, err := fs.Self()
-	if err != nil {
-		t.Fatalf("procfs FS.Self: %v", err)
-	}
-	mounts, err := proc.MountStats()
-	if err != nil {
-		t.Fatalf("prometheus/procfs cannot parse /proc/self/mountstats with overlays mounted: %v", err)
-	}
+	mounts := guesttest.ProcfsMountStats(t)
 
 	for _, mp := range mountPoints {
 		var found *procfs.Mount

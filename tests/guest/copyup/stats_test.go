@@ -258,18 +258,7 @@ func TestStatsSysfsLifecycle(t *testing.T) {
 	openForWrite(t, filepath.Join(l.Merged, "f"))
 	expectStats(t, copyUpStats(t, l.Merged), map[string]uint64{"reg": 1, "copied_bytes": 4 << 10, "fsync": 1})
 
-	fs, err := procfs.NewFS("/proc")
-	if err != nil {
-		t.Fatalf("procfs.NewFS: %v", err)
-	}
-	proc, err := fs.Self()
-	if err != nil {
-		t.Fatalf("procfs FS.Self: %v", err)
-	}
-	mounts, err := proc.MountStats()
-	if err != nil {
-		t.Fatalf("prometheus/procfs cannot parse /proc/self/mountstats: %v", err)
-	}
+	mounts := guesttest.ProcfsMountStats(t)
 	var line *procfs.Mount
 	for _, m := range mounts {
 		if m.Mount == l.Merged {

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,6 +136,26 @@ func ReadNames(dir string) ([]string, error) {
 	}
 	sort.Strings(got)
 	return got, nil
+}
+
+// ProcfsMountStats parses /proc/self/mountstats with prometheus/procfs,
+// exactly as node_exporter's mountstats collector does, and fails the test
+// when that reader cannot parse the file.
+func ProcfsMountStats(t testing.TB) []*procfs.Mount {
+	t.Helper()
+	fs, err := procfs.NewFS("/proc")
+	if err != nil {
+		t.Fatalf("procfs.NewFS: %v", err)
+	}
+	proc, err := fs.Self()
+	if err != nil {
+		t.Fatalf("procfs FS.Self: %v", err)
+	}
+	mounts, err := proc.MountStats()
+	if err != nil {
+		t.Fatalf("prometheus/procfs cannot parse /proc/self/mountstats: %v", err)
+	}
+	return mounts
 }
 
 // NeedFS returns the scratch filesystem called name. The harness always
