@@ -6,8 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 
 	"github.com/ovlkit/ovlkit/ovl"
 	"golang.org/x/sys/unix"
@@ -70,7 +68,7 @@ func removeAll(dir string) error {
 	if err == nil {
 		return nil
 	}
-	if mps, merr := mountsBeneath(dir); merr == nil && len(mps) > 0 {
+	if mps, merr := ovl.MountsBeneath(dir); merr == nil && len(mps) > 0 {
 		for _, mp := range mps {
 			unix.Unmount(mp, unix.MNT_DETACH)
 		}
@@ -80,31 +78,6 @@ func removeAll(dir string) error {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
-}
-
-// mountsBeneath lists mount points at or below dir, deepest first.
-func mountsBeneath(dir string) ([]string, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out, nil
-}
-
-func unescapeMountinfo(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`).Replace(s)
 }
 
 // isMounted reports whether the layer's merged directory is an overlay
