@@ -3,6 +3,7 @@
 
 set -euo pipefail
 
+# shellcheck disable=SC2034 # for the scripts that source this file
 OVLKIT_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ovlkit}
 # The kernel base: Debian's linux-source-$KBASE and the series in

@@ -75,6 +75,7 @@ check_style() {
 	log=$LOGS/$name.checkpatch
 	(cd "$STOCK_SRC" && GIT_DIR=/nonexistent scripts/checkpatch.pl --strict --no-tree \
 		--show-types --no-summary --terse "$patch") >"$log" 2>&1 || true
+	# shellcheck disable=SC2020 # a comma and a space each end a type
 	justified=$(patch_notes "$patch" |
 		sed -n 's/^[[:space:]]*checkpatch:[[:space:]]*\([A-Z_, ]*[A-Z_]\)[[:space:]]*:[[:space:]]*[^[:space:]].*/\1/p' |
 		tr ', ' '\n\n' | sed '/^$/d' | sort -u)
@@ -250,6 +251,7 @@ main() {
 		fi
 		row "$name" "$style" "$meta" "$build" "$w1" "$sp"
 		if [ -n "$newl" ]; then
+			# shellcheck disable=SC2001 # indents every line
 			sed 's/^/    /' <<<"$newl"
 		fi
 	done
@@ -263,6 +265,7 @@ main() {
 			modnew=$(new_warnings <(grep '\[-W' "$base") <(warnings "$LOGS/module.log" | grep '\[-W'))
 			if [ -n "$modnew" ]; then
 				echo "CONFIG_OVERLAY_FS=m: overlay.ko builds, with $(grep -c . <<<"$modnew") new W=1 warning(s):"
+				# shellcheck disable=SC2001 # indents every line
 				sed 's/^/    /' <<<"$modnew"
 				problems=$((problems + 1))
 			else

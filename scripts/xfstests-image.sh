@@ -17,7 +17,6 @@
 # debootstrap when it is missing.
 set -euo pipefail
 
-top=$(cd "$(dirname "$0")/.." && pwd)
 UPSTREAM=git://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git
 XFSTESTS=${XFSTESTS:-$UPSTREAM}
 XFSTESTS_REF=${XFSTESTS_REF:-}
@@ -94,7 +93,7 @@ mirror() {
 			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i == s) hit = 1 }
 			END { if (u != "" && hit) print u }' "$f"
 	done | head -n1 | grep . && return
-	grep -hsE "^deb[[:space:]]+[^[:space:]]+[[:space:]]+$SUITE[[:space:]]" /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
+	grep -hsE "^deb[[:space:]]+[^[:space:]]+[[:space:]]+${SUITE}[[:space:]]" /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
 		awk '{print $2; exit}' | grep . && return
 	echo http://deb.debian.org/debian
 }
@@ -166,7 +165,9 @@ cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
 	DEBIAN_FRONTEND=noninteractive LC_ALL=C "$@"; }
 
-phase "apt-get install $(echo $PACKAGES | wc -w) packages"
+phase "apt-get install $(echo "$PACKAGES" | wc -w) packages"
+# Either failure ends here; PACKAGES is a list of names.
+# shellcheck disable=SC2015,SC2086
 in_root apt-get -q update >"$dir/apt.log" 2>&1 &&
 	in_root apt-get -q -y install --no-install-recommends $PACKAGES >>"$dir/apt.log" 2>&1 ||
 	{ tail -n 30 "$dir/apt.log" >&2; die "apt-get install failed (log: $dir/apt.log)"; }
@@ -176,6 +177,7 @@ phase "building xfstests"
 rm -rf "$src/.git"
 rm -rf "$root/opt/xfstests"
 cp -a "$src" "$root/opt/xfstests"
+# shellcheck disable=SC2016 # nproc of the chroot's shell
 in_root sh -c 'cd /opt/xfstests && make -j"$(nproc)"' >"$dir/build.log" 2>&1 ||
 	{ grep -iE 'error|fatal' "$dir/build.log" | head -n 20 >&2; tail -n 20 "$dir/build.log" >&2
 	  die "xfstests build failed (log: $dir/build.log)"; }
