@@ -7,6 +7,7 @@ pkgs=(
 	"$SOURCE_PKG" quilt make gcc flex bison bc cpio xz-utils
 	libelf-dev libssl-dev ccache rsync kmod sparse
 	qemu-system-x86 e2fsprogs xfsprogs btrfs-progs dosfstools
+	shellcheck
 )
 
 missing=()
