@@ -119,7 +119,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 			if err := s.buildView(snapshot, parent, root); err != nil {
 				return 0, fmt.Errorf("apply %s: %w", id, err)
 			}
-			if err := mergeDiff(diff, root); err != nil {
+			if err := layer.MergeDiff(diff, root); err != nil {
 				return 0, fmt.Errorf("apply %s: %w", id, err)
 			}
 		}
