@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ovlkit/ovlkit/ovl"
 	"golang.org/x/sys/unix"
 )
 
@@ -565,7 +566,7 @@ func entryXattrs(hdr *tar.Header) (map[string][]byte, error) {
 		if !ok {
 			continue
 		}
-		if isOverlayXattr(name) {
+		if ovl.IsPrivate(name) {
 			return nil, fmt.Errorf("xattr %s: %w", name, ErrOverlayXattr)
 		}
 		if name == "" {

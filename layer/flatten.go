@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/ovlkit/ovlkit/ovl"
 	"golang.org/x/sys/unix"
 )
 
@@ -122,12 +123,12 @@ func mergeEntry(p, target string, isRoot, isDir bool) (*treeDir, error) {
 // refuseUnflattenable fails for an entry with a redirect or metacopy
 // xattr in either overlay namespace.
 func refuseUnflattenable(p string) error {
-	for _, ns := range overlayXattrPrefixes {
-		for _, x := range []string{"redirect", "metacopy"} {
-			if _, ok, err := lgetxattr(p, ns+x); err != nil {
+	for _, ns := range overlayNamespaces {
+		for _, x := range []string{ovl.XattrRedirect, ovl.XattrMetacopy} {
+			if _, ok, err := lgetxattr(p, ns.Name(x)); err != nil {
 				return err
 			} else if ok {
-				return fmt.Errorf("%s carries %s: a layer using redirect_dir or metacopy cannot be flattened into a hardlink tree", p, ns+x)
+				return fmt.Errorf("%s carries %s: a layer using redirect_dir or metacopy cannot be flattened into a hardlink tree", p, ns.Name(x))
 			}
 		}
 	}
@@ -136,8 +137,8 @@ func refuseUnflattenable(p string) error {
 
 // hasOpaqueMarker reports an opaque directory in either overlay namespace.
 func hasOpaqueMarker(p string) (bool, error) {
-	for _, ns := range overlayXattrPrefixes {
-		v, ok, err := lgetxattr(p, ns+"opaque")
+	for _, ns := range overlayNamespaces {
+		v, ok, err := lgetxattr(p, ns.Name(ovl.XattrOpaque))
 		if err != nil {
 			return false, err
 		}

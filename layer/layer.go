@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ovlkit/ovlkit/ovl"
 )
 
 // WhiteoutFormat is how whiteouts and opaque directories are stored on disk.
@@ -50,9 +52,9 @@ func (f WhiteoutFormat) String() string {
 func (f WhiteoutFormat) xattrPrefix() (string, error) {
 	switch f {
 	case OverlayWhiteouts:
-		return "trusted.overlay.", nil
+		return string(ovl.Trusted), nil
 	case OverlayUserWhiteouts:
-		return "user.overlay.", nil
+		return string(ovl.User), nil
 	}
 	return "", fmt.Errorf("layer: unknown whiteout format %d", int(f))
 }

@@ -4,24 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/ovlkit/ovlkit/ovl"
 	"golang.org/x/sys/unix"
 )
 
-// overlayXattrPrefixes are the namespaces overlayfs keeps its own state in.
-// They never travel in a tar: on apply they could plant redirects or opaque
-// markers, on export they would leak one layer's mount state into another.
-var overlayXattrPrefixes = [...]string{"trusted.overlay.", "user.overlay."}
-
-func isOverlayXattr(name string) bool {
-	for _, p := range overlayXattrPrefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return false
-}
+// overlayNamespaces are the namespaces overlayfs keeps its own state in.
+// Their xattrs never travel in a tar: on apply they could plant redirects
+// or opaque markers, on export they would leak one layer's mount state
+// into another (see ovl.IsPrivate).
+var overlayNamespaces = [...]ovl.XattrNS{ovl.Trusted, ovl.User}
 
 // paxXattrPrefix is how tar carries xattrs in PAX records (the form GNU tar,
 // bsdtar and Go's archive/tar agree on).
@@ -77,7 +69,7 @@ func listXattrs(path string) (map[string][]byte, error) {
 	}
 	var out map[string][]byte
 	for _, name := range bytes.Split(buf[:sz], []byte{0}) {
-		if len(name) == 0 || isOverlayXattr(string(name)) {
+		if len(name) == 0 || ovl.IsPrivate(string(name)) {
 			continue
 		}
 		v, ok, err := lgetxattr(path, string(name))
