@@ -44,11 +44,14 @@ done
 # dependencies from xfstests' README, less what this guest cannot use
 # (lvm2 and dm tools: the guest kernel has no device mapper; quota: no
 # quota support; linux-headers: nothing is built against the kernel).
+# trace-cmd, with util-linux's findmnt and dmesg, reads what the series
+# prints as the programs people run do (ovlvm readers).
 PACKAGES="acl attr automake autoconf bc e2fsprogs gawk gcc g++ make libc6-dev
 libacl1-dev libaio-dev libcap-dev libgdbm-dev libgdbm-compat-dev libtool
 libtool-bin liburing-dev libuuid1 uuid-dev uuid-runtime pkg-config psmisc
 python3 sed xfsprogs xfslibs-dev btrfs-progs perl procps util-linux
-libcap2-bin file xz-utils bsdextrautils kmod sqlite3 fio dbench"
+libcap2-bin file xz-utils bsdextrautils kmod sqlite3 fio dbench
+trace-cmd"
 
 # PID 1 of the guest: mount the pseudo filesystems, then run the control
 # disk's run.sh (serial ovlkit-control), which the host writes for each
@@ -60,8 +63,19 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev 2>/dev/null
-mkdir -p /dev/pts /dev/shm && mount -t devpts devpts /dev/pts && mount -t tmpfs tmpfs /dev/shm
-mount -t tmpfs tmpfs /tmp && mount -t tmpfs tmpfs /run
+# What udev would add to /dev: tests redirect to /dev/fd/N and
+# /dev/stdout. The guest kernel has no Unix98 ptys, so devpts is
+# optional and nothing else depends on it.
+ln -sfn /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
+mkdir -p /dev/pts /dev/shm
+grep -qw devpts /proc/filesystems && mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /dev/shm
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+grep -qw tracefs /proc/filesystems && mount -t tracefs tracefs /sys/kernel/tracing
 mount -o remount,rw /
 hostname ovlkit-xfstests
 ctl=""
@@ -78,6 +92,47 @@ fi
 sync
 echo b >/proc/sysrq-trigger
 sleep 10
+EOF
+)
+
+# su for the guest, ahead of util-linux's in PATH. The guest kernel has
+# no networking, so the audit netlink socket that Debian's libpam opens
+# fails with ENOSYS, which libpam takes for a broken audit system: every
+# su then ends in "System error" and xfstests reports each test that
+# runs a command as fsgqa as not run. This one makes the same switch of
+# user, group list and environment through setpriv, which needs no PAM.
+# It takes the options xfstests passes: -, -l, -s SHELL, -c COMMAND.
+SU=$(cat <<'EOF'
+#!/bin/bash
+set -u
+login=0 shell="" cmd="" user=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	-|-l|--login) login=1 ;;
+	-s) shift; shell=${1-} ;;
+	-s*) shell=${1#-s} ;;
+	--shell=*) shell=${1#--shell=} ;;
+	-c) shift; cmd=${1-} ;;
+	--command=*) cmd=${1#--command=} ;;
+	-m|-p|--preserve-environment) ;;
+	--) shift; break ;;
+	-*) echo "su: unsupported option $1" >&2; exit 1 ;;
+	*) if [ -z "$user" ]; then user=$1; else break; fi ;;
+	esac
+	shift
+done
+user=${user:-root}
+ent=$(getent passwd "$user") || { echo "su: user $user does not exist" >&2; exit 1; }
+IFS=: read -r name _ uid gid _ home pwshell <<<"$ent"
+shell=${shell:-${pwshell:-/bin/sh}}
+env=(HOME="$home" SHELL="$shell" USER="$name" LOGNAME="$name" PATH="$PATH")
+if [ "$login" = 1 ]; then
+	env=(-i TERM="${TERM:-dumb}" "${env[@]}" PATH=/usr/local/bin:/usr/bin:/bin)
+	cd "$home" 2>/dev/null || cd /
+fi
+args=()
+[ -n "$cmd" ] && args=(-c "$cmd")
+exec setpriv --reuid="$uid" --regid="$gid" --init-groups env "${env[@]}" "$shell" "${args[@]}" "$@"
 EOF
 )
 
@@ -130,7 +185,7 @@ fi
 
 # The image is rebuilt when what goes into it changes, not for edits
 # elsewhere in this script.
-initsum=$(printf '%s\n%s\n' "$PACKAGES" "$INIT" | sha256sum | cut -c1-12)
+initsum=$(printf '%s\n%s\n%s\n' "$PACKAGES" "$INIT" "$SU" | sha256sum | cut -c1-12)
 dir=$CACHE/xfstests/$SUITE-$commit
 img=$dir/root.img
 if [ -f "$img" ] && [ "$(cat "$dir/recipe" 2>/dev/null)" = "$initsum" ]; then
@@ -187,6 +242,8 @@ echo "$commit" >"$root/opt/xfstests/COMMIT"
 in_root sh -c 'groupadd -f fsgqa; id fsgqa >/dev/null 2>&1 || useradd -m -g fsgqa fsgqa
 	id fsgqa2 >/dev/null 2>&1 || useradd -m fsgqa2
 	id 123456-fsgqa >/dev/null 2>&1 || useradd -m 123456-fsgqa' >>"$dir/build.log" 2>&1
+printf '%s\n' "$SU" >"$root/usr/local/bin/su"
+chmod 0755 "$root/usr/local/bin/su"
 printf '%s\n' "$INIT" >"$root/sbin/ovlkit-xfstests-init"
 chmod 0755 "$root/sbin/ovlkit-xfstests-init"
 echo ovlkit-xfstests >"$root/etc/hostname"
