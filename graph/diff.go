@@ -41,6 +41,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	var (
 		lowers   []string
 		parent   string
+		rw       bool
 		snapshot *state
 	)
 	check := func(st *state) (*layerRecord, error) {
@@ -65,7 +66,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		if err != nil {
 			return err
 		}
-		parent = rec.Parent
+		parent, rw = rec.Parent, rec.RW
 		if lowers, err = s.realLowersOf(st, parent); err != nil {
 			return err
 		}
@@ -106,23 +107,8 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	if err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
-	if s.layout == LayoutHardlink {
-		isImage := false
-		s.view(func(st *state) error {
-			if r, ok := st.Layers[id]; ok {
-				isImage = !r.RW
-			}
-			return nil
-		})
-		if isImage {
-			root := filepath.Join(ldir, "root")
-			if err := s.buildView(snapshot, parent, root); err != nil {
-				return 0, fmt.Errorf("apply %s: %w", id, err)
-			}
-			if err := layer.MergeDiff(diff, root); err != nil {
-				return 0, fmt.Errorf("apply %s: %w", id, err)
-			}
-		}
+	if err := s.layout.build(s, snapshot, parent, rw, ldir, true); err != nil {
+		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
 		if err := syncStage(stg); err != nil {

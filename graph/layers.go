@@ -113,10 +113,8 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 	if err := os.Mkdir(filepath.Join(ldir, "work"), 0o700); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
-	if s.layout == LayoutHardlink && !rw {
-		if err := s.buildView(snapshot, parent, filepath.Join(ldir, "root")); err != nil {
-			return fmt.Errorf("create %s: %w", id, err)
-		}
+	if err := s.layout.build(s, snapshot, parent, rw, ldir, false); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
 		if err := syncTree(ldir); err != nil {
@@ -191,9 +189,9 @@ func (s *Store) checkDepth(st *state, id, parent string, rw bool) error {
 	if parent != "" {
 		depth = st.Layers[parent].Depth + 1
 	}
-	if s.layout == LayoutOverlay && depth > ovl.MaxLowers {
+	if max := s.layout.maxDepth(); max > 0 && depth > max {
 		return fmt.Errorf("create %s: the chain would be %d layers deep; overlayfs stacks at most %d: %w",
-			id, depth, ovl.MaxLowers, ErrTooDeep)
+			id, depth, max, ErrTooDeep)
 	}
 	probe := &layerRecord{Parent: parent, RW: rw, Link: "XXXXXX", Depth: depth}
 	st.Layers[id] = probe
@@ -215,38 +213,24 @@ func (s *Store) checkDepth(st *state, id, parent string, rw bool) error {
 // topDir is the directory holding the root of id's view: what a child's
 // diff root copies its mode and owner from.
 func (s *Store) topDir(st *state, id string) string {
-	if s.layout == LayoutHardlink && !st.Layers[id].RW {
+	if s.layout.ownTree(st.Layers[id]) {
 		return s.rootDir(id)
 	}
 	return s.diffDir(id)
 }
 
-// lowersOf returns the lower directories that show id's content, topmost
-// first. In the overlay layout these are the short links of id and its
-// ancestors; in the hardlink layout the diffs of container layers down to
-// the nearest image layer's full tree.
+// lowersOf returns the lower directories that show id's content in a
+// mount, topmost first (see diskLayout.lowers).
 func (s *Store) lowersOf(st *state, id string) ([]string, error) {
 	chain, err := st.chain(id)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, cid := range chain {
-		r := st.Layers[cid]
-		if s.layout == LayoutOverlay {
-			out = append(out, s.linkPath(r.Link))
-			continue
-		}
-		if !r.RW {
-			return append(out, s.rootDir(cid)), nil
-		}
-		out = append(out, s.diffDir(cid))
-	}
-	return out, nil
+	return s.layout.lowers(s, st, chain, true), nil
 }
 
-// realLowersOf is lowersOf with the links resolved to the diff
-// directories, for the tar code, which reports paths in its errors.
+// realLowersOf is lowersOf as real paths, for the tar code, which reports
+// paths in its errors; id "" has none.
 func (s *Store) realLowersOf(st *state, id string) ([]string, error) {
 	if id == "" {
 		return nil, nil
@@ -255,14 +239,7 @@ func (s *Store) realLowersOf(st *state, id string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.layout == LayoutOverlay {
-		out := make([]string, len(chain))
-		for i, cid := range chain {
-			out[i] = s.diffDir(cid)
-		}
-		return out, nil
-	}
-	return s.lowersOf(st, id)
+	return s.layout.lowers(s, st, chain, false), nil
 }
 
 // mountConfig is how id is mounted now, and whether read-only.
@@ -270,7 +247,7 @@ func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
 	r := st.Layers[id]
 	cfg := ovl.Config{Base: filepath.Join(s.home, "l")}
 	cfg.Options = append(append(cfg.Options, s.feat.BaseOptions()...), s.extraOpt...)
-	readOnly := r.Committed || (s.layout == LayoutHardlink && !r.RW)
+	readOnly := r.Committed || s.layout.ownTree(r)
 	if readOnly {
 		lowers, err := s.lowersOf(st, id)
 		if err != nil {

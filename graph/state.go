@@ -62,7 +62,7 @@ func decodeState(b []byte) (*state, error) {
 	if st.Version != stateVersion {
 		return nil, fmt.Errorf("state version %d, this build reads %d", st.Version, stateVersion)
 	}
-	if err := st.Layout.valid(); err != nil {
+	if err := st.Layout.Valid(); err != nil {
 		return nil, err
 	}
 	if st.Layers == nil {

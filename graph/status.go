@@ -69,7 +69,7 @@ func BackingFS(dir string) (string, error) {
 
 // Status reports the store and the kernel features it uses.
 func (s *Store) Status() (Status, error) {
-	out := Status{Home: s.home, Layout: s.layout, Userxattr: s.userx, Sync: s.sync, Features: s.feat, Missing: s.feat.Missing()}
+	out := Status{Home: s.home, Layout: s.layout.name(), Userxattr: s.userx, Sync: s.sync, Features: s.feat, Missing: s.feat.Missing()}
 	var err error
 	if out.BackingFS, err = BackingFS(s.home); err != nil {
 		return out, err
@@ -147,7 +147,7 @@ func (s *Store) Check() ([]Problem, error) {
 				add(id, "invalid link name %q", r.Link)
 			}
 			dirs := []string{s.diffDir(id), s.workDir(id)}
-			if s.layout == LayoutHardlink && !r.RW {
+			if s.layout.ownTree(r) {
 				dirs = append(dirs, s.rootDir(id))
 			}
 			for _, d := range dirs {

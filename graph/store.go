@@ -39,23 +39,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Layout is how layers are kept on disk, chosen when a store is created.
-type Layout string
-
-// The two layouts.
-const (
-	LayoutOverlay  Layout = "overlay"
-	LayoutHardlink Layout = "hardlink"
-)
-
-func (l Layout) valid() error {
-	switch l {
-	case LayoutOverlay, LayoutHardlink:
-		return nil
-	}
-	return fmt.Errorf("unknown layout %q (want overlay or hardlink)", string(l))
-}
-
 // SyncPolicy says what is flushed before a layer becomes visible.
 type SyncPolicy string
 
@@ -138,7 +121,7 @@ type Options struct {
 // many goroutines and, through the lock file, by several processes.
 type Store struct {
 	home     string
-	layout   Layout
+	layout   diskLayout
 	userx    bool
 	sync     SyncPolicy
 	feat     ovl.Features
@@ -175,7 +158,7 @@ func Open(home string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("unknown sync policy %q", opts.Sync)
 	}
 	if opts.Layout != "" {
-		if err := opts.Layout.valid(); err != nil {
+		if err := opts.Layout.Valid(); err != nil {
 			return nil, err
 		}
 	}
@@ -347,7 +330,10 @@ func (s *Store) init(opts Options) error {
 	if opts.Userxattr && !st.Userxattr {
 		return fmt.Errorf("store %s keeps overlay xattrs in trusted.overlay.*, not user.overlay.*", s.home)
 	}
-	s.layout, s.userx = st.Layout, st.Userxattr
+	if s.layout, err = layoutOf(st.Layout); err != nil {
+		return err
+	}
+	s.userx = st.Userxattr
 	if opts.Features != nil {
 		s.feat = *opts.Features
 	} else {
@@ -411,7 +397,7 @@ func (s *Store) Close() error {
 func (s *Store) Home() string { return s.home }
 
 // Layout is the store's layout.
-func (s *Store) Layout() Layout { return s.layout }
+func (s *Store) Layout() Layout { return s.layout.name() }
 
 // Features are the kernel features the store uses.
 func (s *Store) Features() ovl.Features { return s.feat }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/ovlkit/ovlkit/layer"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,42 +99,6 @@ func syncTree(dir string) error {
 func syncStage(st *stage) error {
 	if err := unix.Syncfs(st.fd); err != nil {
 		return fmt.Errorf("syncfs %s: %w", st.dir, err)
-	}
-	return nil
-}
-
-// buildView writes, at dst, the full tree that layer id shows (hardlink
-// layout): the nearest image ancestor's tree hard-linked, then the diffs
-// of the container layers above it applied in order. id "" gives an empty
-// 0755 directory.
-func (s *Store) buildView(st *state, id, dst string) error {
-	if id == "" {
-		return mkdirLike(dst, "")
-	}
-	chain, err := st.chain(id)
-	if err != nil {
-		return err
-	}
-	var diffs []string
-	base := ""
-	for _, cid := range chain {
-		if !st.Layers[cid].RW {
-			base = s.rootDir(cid)
-			break
-		}
-		diffs = append(diffs, s.diffDir(cid))
-	}
-	if base == "" {
-		if err := mkdirLike(dst, ""); err != nil {
-			return err
-		}
-	} else if err := layer.LinkTree(base, dst); err != nil {
-		return err
-	}
-	for i := len(diffs) - 1; i >= 0; i-- {
-		if err := layer.MergeDiff(diffs[i], dst); err != nil {
-			return err
-		}
 	}
 	return nil
 }

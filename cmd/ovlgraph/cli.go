@@ -112,7 +112,7 @@ func parse(args []string) (command, error) {
 	}
 	if c.name == "init" {
 		c.layout = graph.Layout(layout)
-		if c.layout != graph.LayoutOverlay && c.layout != graph.LayoutHardlink {
+		if c.layout.Valid() != nil {
 			return c, fmt.Errorf("%w: unknown layout %q", errUsage, layout)
 		}
 	}
