@@ -31,11 +31,11 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		return 0, fmt.Errorf("apply: %w", err)
 	}
 	defer l.unlock()
-	m, err := l.mounts()
+	_, live, err := l.liveMounts()
 	if err != nil {
 		return 0, fmt.Errorf("apply: %w", err)
 	}
-	if m.Refs > 0 && isMounted(s.mergedDir(id)) {
+	if live {
 		return 0, fmt.Errorf("apply %s: %w", id, ErrMounted)
 	}
 	var (

@@ -62,11 +62,11 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 			return fmt.Errorf("create %s: parent %w", id, err)
 		}
 		defer pl.unlock()
-		pm, err := pl.mounts()
+		pm, live, err := pl.liveMounts()
 		if err != nil {
 			return fmt.Errorf("create %s: parent %w", id, err)
 		}
-		if pm.Refs > 0 && !pm.ReadOnly && isMounted(s.mergedDir(parent)) {
+		if live && !pm.ReadOnly {
 			return fmt.Errorf("create %s: parent %s is mounted read-write; unmount it first: %w", id, parent, ErrMounted)
 		}
 	}
@@ -338,11 +338,11 @@ func (s *Store) Remove(id string) error {
 		return fmt.Errorf("remove: %w", err)
 	}
 	defer l.unlock()
-	m, err := l.mounts()
+	m, live, err := l.liveMounts()
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
-	if m.Refs > 0 && isMounted(s.mergedDir(id)) {
+	if live {
 		return fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, m.Refs)
 	}
 	err = s.update(func(st *state) (bool, error) {
@@ -395,12 +395,12 @@ func (s *Store) Get(id string) (string, error) {
 		return "", fmt.Errorf("get: %w", err)
 	}
 	defer l.unlock()
-	m, err := l.mounts()
+	m, live, err := l.liveMounts()
 	if err != nil {
 		return "", fmt.Errorf("get: %w", err)
 	}
 	merged := s.mergedDir(id)
-	if m.Refs > 0 && isMounted(merged) {
+	if live {
 		m.Refs++
 		if err := l.setMounts(m); err != nil {
 			return "", fmt.Errorf("get: %w", err)
@@ -467,14 +467,14 @@ func (s *Store) Put(id string) error {
 		return fmt.Errorf("put: %w", err)
 	}
 	defer l.unlock()
-	m, err := l.mounts()
+	m, live, err := l.liveMounts()
 	if err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
 	if m.Refs == 0 {
 		return fmt.Errorf("put %s: %w", id, ErrNotMounted)
 	}
-	if m.Refs > 1 && isMounted(s.mergedDir(id)) {
+	if live && m.Refs > 1 {
 		m.Refs--
 		if err := l.setMounts(m); err != nil {
 			return fmt.Errorf("put: %w", err)

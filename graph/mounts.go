@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ovlkit/ovlkit/ovl"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,7 +21,7 @@ import (
 // and rmdir of the mount point dirty anyway: no rewrite of the state, no
 // new file, no data block. The count is only ever changed under the
 // layer's lock, whose descriptor is the one the xattr is read and written
-// through. It is a hint checked against the kernel before use (isMounted),
+// through. It is a hint checked against the kernel before use (Store.live),
 // so a count left behind by a crashed process or a reboot does no harm.
 type mountRecord struct {
 	Refs     int
@@ -100,6 +101,29 @@ func readMountRecord(id string, get func(buf []byte) (int, error)) (mountRecord,
 	return m, nil
 }
 
+// liveMounts reads the layer's mount record and reports whether it holds
+// a mount the kernel still has (see Store.live).
+func (l *layerLock) liveMounts() (mountRecord, bool, error) {
+	m, err := l.mounts()
+	if err != nil {
+		return m, false, err
+	}
+	return m, l.s.live(l.id, m), nil
+}
+
+// live reports whether record m of id counts a mount that is there: a
+// count left by a crashed process or a reboot is not one.
+func (s *Store) live(id string, m mountRecord) bool {
+	return m.Refs > 0 && isMounted(s.mergedDir(id))
+}
+
+// isMounted reports whether the layer's merged directory is an overlay
+// mount point right now.
+func isMounted(merged string) bool {
+	ok, err := ovl.IsOverlay(merged)
+	return err == nil && ok
+}
+
 // setMounts writes the record; a zero count removes it.
 func (l *layerLock) setMounts(m mountRecord) error {
 	if m.Refs == 0 {
@@ -119,7 +143,7 @@ func (l *layerLock) setMounts(m mountRecord) error {
 // record that says mounted is believed only when the kernel agrees.
 func (s *Store) mountsOf(id string) (mountRecord, error) {
 	m, err := s.recordedMounts(id)
-	if err != nil || m.Refs == 0 || isMounted(s.mergedDir(id)) {
+	if err != nil || m.Refs == 0 || s.live(id, m) {
 		return m, err
 	}
 	return mountRecord{}, nil

@@ -80,13 +80,6 @@ func removeAll(dir string) error {
 	return nil
 }
 
-// isMounted reports whether the layer's merged directory is an overlay
-// mount point right now.
-func isMounted(merged string) bool {
-	ok, err := ovl.IsOverlay(merged)
-	return err == nil && ok
-}
-
 // recover brings the directories in line with the state; the caller holds
 // the store lock.
 func (s *Store) recover(st *state) error {
@@ -183,7 +176,7 @@ func (s *Store) recover(st *state) error {
 		if err != nil {
 			continue
 		}
-		if m, err := l.mounts(); err != nil || (m.Refs > 0 && !isMounted(s.mergedDir(id))) {
+		if m, live, err := l.liveMounts(); err != nil || (m.Refs > 0 && !live) {
 			l.setMounts(mountRecord{})
 		}
 		l.unlock()
