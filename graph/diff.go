@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
 	"github.com/ovlkit/ovlkit/layer"
-	"golang.org/x/sys/unix"
 )
 
 // Differ is the part of the store that moves layers in and out as tar.
@@ -77,7 +75,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		return 0, err
 	}
 
-	stg, err := s.newStage("apply-" + id)
+	stg, err := s.newLayerStage("apply-"+id, s.diffDir(id))
 	if err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
@@ -86,20 +84,9 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 			err = fmt.Errorf("apply %s: %w", id, derr)
 		}
 	}()
-	ldir := filepath.Join(stg.dir, "layer")
-	if err := os.Mkdir(ldir, ownerOnly); err != nil {
-		return 0, fmt.Errorf("apply %s: %w", id, err)
-	}
-	diff := filepath.Join(ldir, "diff")
-	if err := mkdirLike(diff, s.diffDir(id)); err != nil {
-		return 0, fmt.Errorf("apply %s: %w", id, err)
-	}
-	if err := os.Mkdir(filepath.Join(ldir, "work"), 0o700); err != nil {
-		return 0, fmt.Errorf("apply %s: %w", id, err)
-	}
 	// No fsync per file: one syncfs below, before the layer is published,
 	// makes the whole stage durable at once.
-	n, err = layer.Apply(ctx, diff, r, layer.ApplyOptions{
+	n, err = layer.Apply(ctx, stg.diff(), r, layer.ApplyOptions{
 		Whiteouts: s.whiteouts(),
 		Lowers:    nonNil(lowers),
 		Limits:    s.limits,
@@ -107,11 +94,11 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	if err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
-	if err := s.layout.build(s, snapshot, parent, rw, ldir, true); err != nil {
+	if err := s.layout.build(s, snapshot, parent, rw, stg.dir, true); err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
-		if err := syncStage(stg); err != nil {
+		if err := syncStage(stg.stage); err != nil {
 			return 0, fmt.Errorf("apply %s: %w", id, err)
 		}
 	}
@@ -120,15 +107,9 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 		if err != nil {
 			return false, err
 		}
-		// One atomic exchange publishes the new layer directory; the old,
-		// empty one lands in the stage and goes with it.
-		if err := unix.Renameat2(unix.AT_FDCWD, ldir, unix.AT_FDCWD, s.layerDir(id), unix.RENAME_EXCHANGE); err != nil {
-			return false, fmt.Errorf("apply %s: publish layer: %w", id, err)
-		}
-		if s.sync == SyncFsync {
-			if err := syncDir(filepath.Join(s.home, "layers")); err != nil {
-				return false, err
-			}
+		// The old, empty layer directory lands in the stage.
+		if err := s.publish(stg, id, true); err != nil {
+			return false, fmt.Errorf("apply %s: %w", id, err)
 		}
 		rec.Applied, rec.Size = true, n
 		return true, nil

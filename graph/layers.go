@@ -94,7 +94,7 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		return err
 	}
 
-	stg, err := s.newStage("create-" + id)
+	stg, err := s.newLayerStage("create-"+id, parentTop)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
@@ -103,21 +103,11 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 			err = fmt.Errorf("create %s: %w", id, derr)
 		}
 	}()
-	ldir := filepath.Join(stg.dir, "layer")
-	if err := os.Mkdir(ldir, ownerOnly); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
-	}
-	if err := mkdirLike(filepath.Join(ldir, "diff"), parentTop); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
-	}
-	if err := os.Mkdir(filepath.Join(ldir, "work"), 0o700); err != nil {
-		return fmt.Errorf("create %s: %w", id, err)
-	}
-	if err := s.layout.build(s, snapshot, parent, rw, ldir, false); err != nil {
+	if err := s.layout.build(s, snapshot, parent, rw, stg.dir, false); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
-		if err := syncTree(ldir); err != nil {
+		if err := syncTree(stg.dir); err != nil {
 			return fmt.Errorf("create %s: %w", id, err)
 		}
 	}
@@ -138,20 +128,17 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		if err != nil {
 			return false, err
 		}
-		if err := os.Rename(ldir, s.layerDir(id)); err != nil {
+		if err := s.publish(stg, id, false); err != nil {
 			return false, fmt.Errorf("create %s: %w", id, err)
 		}
 		// The name is fresh (newLink checked the state), so a plain
 		// symlink will do; a stray of the same name fails it and the
 		// Create, to be cleaned by the next Open.
 		if err := os.Symlink("../layers/"+id+"/diff", s.linkPath(link)); err != nil {
-			os.Rename(s.layerDir(id), ldir)
+			os.Rename(s.layerDir(id), stg.dir)
 			return false, fmt.Errorf("create %s: %w", id, err)
 		}
 		if s.sync == SyncFsync {
-			if err := syncDir(filepath.Join(s.home, "layers")); err != nil {
-				return false, err
-			}
 			if err := syncDir(filepath.Join(s.home, "l")); err != nil {
 				return false, err
 			}

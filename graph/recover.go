@@ -11,56 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stage is a scratch directory under staging/ that its owner holds an
-// flock on, so that recovery in another process leaves it alone.
-type stage struct {
-	dir string
-	fd  int
-}
-
-func (s *Store) newStage(prefix string) (*stage, error) {
-	// Another process opening the store removes every staging directory
-	// nobody holds a lock on; one made here may go in the moment between
-	// its creation and its lock. A stage is only handed out once it is
-	// locked and still in place.
-	for {
-		dir, err := os.MkdirTemp(filepath.Join(s.home, "staging"), prefix+"-")
-		if err != nil {
-			return nil, fmt.Errorf("staging directory: %w", err)
-		}
-		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) {
-			continue
-		}
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("staging directory: %w", err)
-		}
-		if err := flock(fd, unix.LOCK_EX); err != nil {
-			unix.Close(fd)
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("lock staging directory: %w", err)
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("staging directory: %w", err)
-		}
-		if st.Nlink == 0 {
-			unix.Close(fd)
-			continue
-		}
-		return &stage{dir: dir, fd: fd}, nil
-	}
-}
-
-// discard removes the stage and whatever it still holds.
-func (st *stage) discard() error {
-	err := removeAll(st.dir)
-	unix.Close(st.fd)
-	return err
-}
-
 // removeAll removes a tree that may hold leftover mounts (a crashed Get
 // leaves merged/ mounted): those are detached first.
 func removeAll(dir string) error {

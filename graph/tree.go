@@ -76,29 +76,3 @@ func syncTree(dir string) error {
 	}
 	return nil
 }
-
-// syncStage makes everything written below a stage durable with one
-// syncfs(2) of the filesystem that holds it, instead of an fsync of every
-// file and directory. The layer is published afterwards by a rename (and
-// recorded by an fdatasync'd append to the state log), so after a crash
-// either the layer is not there or it is there with all it holds: syncfs
-// returns once every dirty page and inode of the filesystem is on disk
-// and, on ext4 and xfs, the journal committed with a cache flush, the
-// stage's files and directories among them, which is what the fsyncs of
-// each file and directory guaranteed before the same rename.
-//
-// Errors: since Linux 5.8 syncfs reports a writeback error of the
-// filesystem that happened since the descriptor was opened; the stage's
-// descriptor is opened before anything is written into it, so a lost
-// write of the layer fails the apply as a failed fsync did.
-//
-// Cost: syncfs flushes the other dirty data of the filesystem too (the
-// writes of running containers whose upper shares it), and waits for it.
-// On a layer of many small files that is still far less than an fsync,
-// and so a journal commit, per file.
-func syncStage(st *stage) error {
-	if err := unix.Syncfs(st.fd); err != nil {
-		return fmt.Errorf("syncfs %s: %w", st.dir, err)
-	}
-	return nil
-}
