@@ -36,45 +36,10 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	if live {
 		return 0, fmt.Errorf("apply %s: %w", id, ErrMounted)
 	}
-	var (
-		lowers   []string
-		parent   string
-		rw       bool
-		snapshot *state
-	)
-	check := func(st *state) (*layerRecord, error) {
-		rec, ok := st.Layers[id]
-		if !ok {
-			return nil, fmt.Errorf("apply %s: %w", id, ErrNotExist)
-		}
-		if kids := st.children(id); len(kids) > 0 {
-			return nil, fmt.Errorf("apply %s: %w: %v", id, ErrHasChildren, kids)
-		}
-		empty, err := dirEmpty(s.diffDir(id))
-		if err != nil {
-			return nil, fmt.Errorf("apply %s: %w", id, err)
-		}
-		if rec.Applied || !empty {
-			return nil, fmt.Errorf("apply %s: %w", id, ErrNotEmpty)
-		}
-		return rec, nil
-	}
-	err = s.view(func(st *state) error {
-		rec, err := check(st)
-		if err != nil {
-			return err
-		}
-		parent, rw = rec.Parent, rec.RW
-		if lowers, err = s.realLowersOf(st, parent); err != nil {
-			return err
-		}
-		snapshot = copyChain(st, parent)
-		return nil
-	})
+	tgt, err := s.applyTarget(id)
 	if err != nil {
 		return 0, err
 	}
-
 	stg, err := s.newLayerStage("apply-"+id, s.diffDir(id))
 	if err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
@@ -84,26 +49,11 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 			err = fmt.Errorf("apply %s: %w", id, derr)
 		}
 	}()
-	// No fsync per file: one syncfs below, before the layer is published,
-	// makes the whole stage durable at once.
-	n, err = layer.Apply(ctx, stg.diff(), r, layer.ApplyOptions{
-		Whiteouts: s.whiteouts(),
-		Lowers:    nonNil(lowers),
-		Limits:    s.limits,
-	})
-	if err != nil {
+	if n, err = s.buildApplied(ctx, stg, r, tgt); err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
-	}
-	if err := s.layout.build(s, snapshot, parent, rw, stg.dir, true); err != nil {
-		return 0, fmt.Errorf("apply %s: %w", id, err)
-	}
-	if s.sync == SyncFsync {
-		if err := syncStage(stg.stage); err != nil {
-			return 0, fmt.Errorf("apply %s: %w", id, err)
-		}
 	}
 	err = s.update(func(st *state) (bool, error) {
-		rec, err := check(st)
+		rec, err := s.checkApply(st, id)
 		if err != nil {
 			return false, err
 		}
@@ -116,6 +66,78 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	})
 	if err != nil {
 		return 0, err
+	}
+	return n, nil
+}
+
+// applyInput is what ApplyDiff reads of the state before it builds.
+type applyInput struct {
+	lowers   []string // the parent's content, for the tar code
+	parent   string
+	rw       bool
+	snapshot *state // the parent's chain as it was when staging began
+}
+
+// applyTarget checks that id may be filled and reads what filling it
+// needs.
+func (s *Store) applyTarget(id string) (applyInput, error) {
+	var in applyInput
+	err := s.view(func(st *state) error {
+		rec, err := s.checkApply(st, id)
+		if err != nil {
+			return err
+		}
+		in.parent, in.rw = rec.Parent, rec.RW
+		if in.lowers, err = s.realLowersOf(st, in.parent); err != nil {
+			return err
+		}
+		in.snapshot = copyChain(st, in.parent)
+		return nil
+	})
+	return in, err
+}
+
+// checkApply returns id's record if ApplyDiff may fill it: it exists, has
+// no children and no content yet.
+func (s *Store) checkApply(st *state, id string) (*layerRecord, error) {
+	rec, ok := st.Layers[id]
+	if !ok {
+		return nil, fmt.Errorf("apply %s: %w", id, ErrNotExist)
+	}
+	if kids := st.children(id); len(kids) > 0 {
+		return nil, fmt.Errorf("apply %s: %w: %v", id, ErrHasChildren, kids)
+	}
+	empty, err := dirEmpty(s.diffDir(id))
+	if err != nil {
+		return nil, fmt.Errorf("apply %s: %w", id, err)
+	}
+	if rec.Applied || !empty {
+		return nil, fmt.Errorf("apply %s: %w", id, ErrNotEmpty)
+	}
+	return rec, nil
+}
+
+// buildApplied fills the staged layer from the tar r, adds what the
+// layout keeps besides the diff, and makes the stage durable according to
+// the sync policy; it returns the content size.
+func (s *Store) buildApplied(ctx context.Context, stg *layerStage, r io.Reader, in applyInput) (int64, error) {
+	// No fsync per file: one syncfs below, before the layer is published,
+	// makes the whole stage durable at once.
+	n, err := layer.Apply(ctx, stg.diff(), r, layer.ApplyOptions{
+		Whiteouts: s.whiteouts(),
+		Lowers:    nonNil(in.lowers),
+		Limits:    s.limits,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := s.layout.build(s, in.snapshot, in.parent, in.rw, stg.dir, true); err != nil {
+		return 0, err
+	}
+	if s.sync == SyncFsync {
+		if err := syncStage(stg.stage); err != nil {
+			return 0, err
+		}
 	}
 	return n, nil
 }
