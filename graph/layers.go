@@ -54,34 +54,22 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 	if err := validID(id); err != nil {
 		return err
 	}
-	// Holding the parent's lock keeps it from being removed, filled or
-	// mounted read-write while the child is built from it.
 	if parent != "" {
-		pl, err := s.lockLayer(parent)
+		pl, err := s.lockParent(id, parent)
 		if err != nil {
-			return fmt.Errorf("create %s: parent %w", id, err)
+			return err
 		}
 		defer pl.unlock()
-		pm, live, err := pl.liveMounts()
-		if err != nil {
-			return fmt.Errorf("create %s: parent %w", id, err)
-		}
-		if live && !pm.ReadOnly {
-			return fmt.Errorf("create %s: parent %s is mounted read-write; unmount it first: %w", id, parent, ErrMounted)
-		}
 	}
 	var (
 		parentTop string // the directory whose root metadata the child inherits
 		snapshot  *state // the chain as it was when staging began
 	)
 	err = s.view(func(st *state) error {
-		if _, ok := st.Layers[id]; ok {
-			return fmt.Errorf("create %s: %w", id, ErrExist)
+		if _, err := s.checkCreate(st, id, parent); err != nil {
+			return err
 		}
 		if parent != "" {
-			if _, ok := st.Layers[parent]; !ok {
-				return fmt.Errorf("create %s: parent %s: %w", id, parent, ErrNotExist)
-			}
 			parentTop = s.topDir(st, parent)
 		}
 		if err := s.checkDepth(st, id, parent, rw); err != nil {
@@ -111,44 +99,79 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 			return fmt.Errorf("create %s: %w", id, err)
 		}
 	}
-
 	return s.update(func(st *state) (bool, error) {
-		if _, ok := st.Layers[id]; ok {
-			return false, fmt.Errorf("create %s: %w", id, ErrExist)
-		}
-		depth := 1
-		if parent != "" {
-			p, ok := st.Layers[parent]
-			if !ok {
-				return false, fmt.Errorf("create %s: parent %s: %w", id, parent, ErrNotExist)
-			}
-			depth = p.Depth + 1
-		}
-		link, err := newLink(st.linkInUse)
-		if err != nil {
-			return false, err
-		}
-		if err := s.publish(stg, id, false); err != nil {
-			return false, fmt.Errorf("create %s: %w", id, err)
-		}
-		// The name is fresh (newLink checked the state), so a plain
-		// symlink will do; a stray of the same name fails it and the
-		// Create, to be cleaned by the next Open.
-		if err := os.Symlink("../layers/"+id+"/diff", s.linkPath(link)); err != nil {
-			os.Rename(s.layerDir(id), stg.dir)
-			return false, fmt.Errorf("create %s: %w", id, err)
-		}
-		if s.sync == SyncFsync {
-			if err := syncDir(filepath.Join(s.home, "l")); err != nil {
-				return false, err
-			}
-		}
-		st.Layers[id] = &layerRecord{Parent: parent, RW: rw, Link: link, Depth: depth, Created: time.Now().UTC()}
-		if parent != "" {
-			st.Layers[parent].Committed = true
-		}
-		return true, nil
+		return true, s.recordCreated(st, stg, id, parent, rw)
 	})
+}
+
+// lockParent takes the lock of the parent of a layer being created, which
+// keeps the parent from being removed, filled or mounted read-write while
+// the child is built from it.
+func (s *Store) lockParent(id, parent string) (*layerLock, error) {
+	pl, err := s.lockLayer(parent)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: parent %w", id, err)
+	}
+	pm, live, err := pl.liveMounts()
+	switch {
+	case err != nil:
+		err = fmt.Errorf("create %s: parent %w", id, err)
+	case live && !pm.ReadOnly:
+		err = fmt.Errorf("create %s: parent %s is mounted read-write; unmount it first: %w", id, parent, ErrMounted)
+	default:
+		return pl, nil
+	}
+	pl.unlock()
+	return nil, err
+}
+
+// checkCreate fails when id exists or its parent does not, and returns
+// the new layer's depth.
+func (s *Store) checkCreate(st *state, id, parent string) (int, error) {
+	if _, ok := st.Layers[id]; ok {
+		return 0, fmt.Errorf("create %s: %w", id, ErrExist)
+	}
+	if parent == "" {
+		return 1, nil
+	}
+	p, ok := st.Layers[parent]
+	if !ok {
+		return 0, fmt.Errorf("create %s: parent %s: %w", id, parent, ErrNotExist)
+	}
+	return p.Depth + 1, nil
+}
+
+// recordCreated publishes the staged layer id with a fresh short link and
+// records it in st; the caller holds the store lock.
+func (s *Store) recordCreated(st *state, stg *layerStage, id, parent string, rw bool) error {
+	depth, err := s.checkCreate(st, id, parent)
+	if err != nil {
+		return err
+	}
+	link, err := newLink(st.linkInUse)
+	if err != nil {
+		return err
+	}
+	if err := s.publish(stg, id, false); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	// The name is fresh (newLink checked the state), so a plain symlink
+	// will do; a stray of the same name fails it and the Create, to be
+	// cleaned by the next Open.
+	if err := os.Symlink("../layers/"+id+"/diff", s.linkPath(link)); err != nil {
+		os.Rename(s.layerDir(id), stg.dir)
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if s.sync == SyncFsync {
+		if err := syncDir(filepath.Join(s.home, "l")); err != nil {
+			return err
+		}
+	}
+	st.Layers[id] = &layerRecord{Parent: parent, RW: rw, Link: link, Depth: depth, Created: time.Now().UTC()}
+	if parent != "" {
+		st.Layers[parent].Committed = true
+	}
+	return nil
 }
 
 // copyChain copies the records of id and its ancestors, so that a long
