@@ -33,10 +33,23 @@ func removeAll(dir string) error {
 // recover brings the directories in line with the state; the caller holds
 // the store lock.
 func (s *Store) recover(st *state) error {
-	// Staging directories nobody holds are interrupted operations.
+	steps := []func(*state) error{
+		s.recoverStaging, s.recoverLayerDirs, s.recoverLinks, s.recoverLeftovers, s.recoverMountCounts,
+	}
+	for _, step := range steps {
+		if err := step(st); err != nil {
+			return fmt.Errorf("recover: %w", err)
+		}
+	}
+	return nil
+}
+
+// recoverStaging removes the staging directories nobody holds: they are
+// interrupted operations.
+func (s *Store) recoverStaging(*state) error {
 	ents, err := os.ReadDir(filepath.Join(s.home, "staging"))
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return err
 	}
 	for _, e := range ents {
 		p := filepath.Join(s.home, "staging", e.Name())
@@ -50,48 +63,54 @@ func (s *Store) recover(st *state) error {
 		}
 		unix.Close(fd)
 	}
+	return nil
+}
 
-	// Layer directories without a record: a Create that crashed after its
-	// rename but before the state recorded it, or a Remove that crashed
-	// after the state dropped the layer.
-	ents, err = os.ReadDir(filepath.Join(s.home, "layers"))
+// recoverLayerDirs removes layer directories without a record: a Create
+// that crashed after its rename but before the state recorded it, or a
+// Remove that crashed after the state dropped the layer.
+func (s *Store) recoverLayerDirs(st *state) error {
+	ents, err := os.ReadDir(filepath.Join(s.home, "layers"))
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return err
 	}
 	for _, e := range ents {
 		p := filepath.Join(s.home, "layers", e.Name())
 		if _, ok := st.Layers[e.Name()]; !ok {
 			if err := removeAll(p); err != nil {
-				return fmt.Errorf("recover: %w", err)
+				return err
 			}
 			continue
 		}
 		// A layer directory holds the diff and the mount point: the
 		// owner's only (see ownerOnly), also in a store from before.
 		if err := restrictDir(p); err != nil {
-			return fmt.Errorf("recover: %w", err)
+			return err
 		}
 	}
+	return nil
+}
 
-	// l/ must be a directory of links (podman #24900 saw it become a
-	// symlink after a crash); rebuild lost links, drop strays.
+// recoverLinks keeps l/ a directory of links (podman #24900 saw it become
+// a symlink after a crash): lost links are made again, strays dropped.
+func (s *Store) recoverLinks(st *state) error {
 	ldir := filepath.Join(s.home, "l")
 	if fi, err := os.Lstat(ldir); err != nil || !fi.IsDir() {
 		os.RemoveAll(ldir)
 		if err := os.Mkdir(ldir, ownerOnly); err != nil {
-			return fmt.Errorf("recover l/: %w", err)
+			return fmt.Errorf("l/: %w", err)
 		}
 	}
 	if err := restrictDir(ldir); err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return err
 	}
 	want := map[string]string{}
 	for id, r := range st.Layers {
 		want[r.Link] = filepath.Join("..", "layers", id, "diff")
 	}
-	ents, err = os.ReadDir(ldir)
+	ents, err := os.ReadDir(ldir)
 	if err != nil {
-		return fmt.Errorf("recover: %w", err)
+		return err
 	}
 	for _, e := range ents {
 		if _, ok := want[e.Name()]; !ok {
@@ -100,27 +119,33 @@ func (s *Store) recover(st *state) error {
 	}
 	for link, target := range want {
 		if err := ensureLink(filepath.Join(ldir, link), target); err != nil {
-			return fmt.Errorf("recover: %w", err)
+			return err
 		}
 	}
+	return nil
+}
 
-	// empty/ must stay empty: it is the lower of every parentless layer.
+// recoverLeftovers empties empty/, the lower of every parentless layer,
+// and removes the new file of a state compaction that crashed before its
+// rename (compactions run under the store lock, which is held here).
+func (s *Store) recoverLeftovers(*state) error {
 	if ents, err := os.ReadDir(s.emptyDir()); err == nil && len(ents) > 0 {
 		for _, e := range ents {
 			os.RemoveAll(filepath.Join(s.emptyDir(), e.Name()))
 		}
 	}
-
-	// A state compaction that crashed before its rename leaves its new
-	// file; compactions run under the store lock, which is held here.
 	if tmps, err := filepath.Glob(filepath.Join(s.home, ".state-*")); err == nil {
 		for _, p := range tmps {
 			os.Remove(p)
 		}
 	}
+	return nil
+}
 
-	// Mount counts of a crashed process. A layer whose lock is held is
-	// in use by a live process, which checks the count itself.
+// recoverMountCounts clears the mount counts of a crashed process. A
+// layer whose lock is held is in use by a live process, which checks the
+// count itself.
+func (s *Store) recoverMountCounts(st *state) error {
 	for id := range st.Layers {
 		l, err := s.lockLayerHow(id, unix.LOCK_EX|unix.LOCK_NB)
 		if err != nil {
