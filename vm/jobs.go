@@ -135,6 +135,10 @@ func FindSuites(top string) ([]Suite, error) {
 			if path != root && !recursive {
 				return filepath.SkipDir
 			}
+			// What the go command ignores in a ./... pattern.
+			if n := d.Name(); path != root && (n == "testdata" || strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_")) {
+				return filepath.SkipDir
+			}
 			s, ok, err := readSuite(top, path)
 			if err != nil {
 				return err
