@@ -151,60 +151,17 @@ func Open(home string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store home: %w", err)
 	}
-	if opts.Sync == "" {
-		opts.Sync = SyncFsync
-	}
-	if opts.Sync != SyncFsync && opts.Sync != SyncNone {
-		return nil, fmt.Errorf("unknown sync policy %q", opts.Sync)
-	}
-	if opts.Layout != "" {
-		if err := opts.Layout.Valid(); err != nil {
-			return nil, err
-		}
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	statePath := filepath.Join(home, "state.json")
-	fresh, homeExisted := false, true
-	if _, err := os.Stat(statePath); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("open store: %w", err)
-		}
-		if !opts.Create {
-			return nil, fmt.Errorf("%s: %w", home, ErrNoStore)
-		}
-		if err := checkBackingFS(home); err != nil {
-			return nil, err
-		}
-		fresh = true
-		if _, err := os.Lstat(home); errors.Is(err, fs.ErrNotExist) {
-			homeExisted = false
-		}
+	nh, err := locateStore(home, statePath, opts.Create)
+	if err != nil {
+		return nil, err
 	}
-	var homeMode uint32 // a refused new store gives it back
-	if fresh && homeExisted {
-		var st unix.Stat_t
-		if err := unix.Stat(home, &st); err != nil {
-			return nil, fmt.Errorf("store home: %w", err)
-		}
-		homeMode = st.Mode & 0o7777
-	}
-	if err := os.MkdirAll(home, ownerOnly); err != nil {
-		return nil, fmt.Errorf("create store home: %w", err)
-	}
-	for _, d := range []string{"layers", "l", "staging", "empty"} {
-		if err := os.MkdirAll(filepath.Join(home, d), ownerOnly); err != nil {
-			return nil, fmt.Errorf("create store: %w", err)
-		}
-	}
-	// Nobody but the owner may reach a layer (see ownerOnly); a store
-	// from before is locked down here, l/ once recovery has made sure it
-	// is a directory, and the layer directories there too.
-	for _, d := range []string{home, filepath.Join(home, "layers"), filepath.Join(home, "staging"), filepath.Join(home, "empty")} {
-		if err := restrictDir(d); err != nil {
-			if fresh {
-				undoCreate(home, homeExisted, homeMode)
-			}
-			return nil, fmt.Errorf("open store: %w", err)
-		}
+	if err := makeStoreDirs(home); err != nil {
+		nh.undo(home)
+		return nil, err
 	}
 	lf, err := os.OpenFile(filepath.Join(home, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
@@ -220,26 +177,102 @@ func Open(home string, opts Options) (*Store, error) {
 	if err := s.init(opts); err != nil {
 		lf.Close()
 		s.state.close()
-		if fresh {
-			// A store refused at creation leaves nothing behind.
-			undoCreate(home, homeExisted, homeMode)
-		}
+		// A store refused at creation leaves nothing behind.
+		nh.undo(home)
 		return nil, err
 	}
 	return s, nil
 }
 
-// undoCreate removes what a refused Open made in home, and home itself
-// when Open made it; a home that existed gets its mode back.
-func undoCreate(home string, homeExisted bool, mode uint32) {
-	if !homeExisted {
+// check fills in the default sync policy and refuses unknown values.
+func (o *Options) check() error {
+	if o.Sync == "" {
+		o.Sync = SyncFsync
+	}
+	if o.Sync != SyncFsync && o.Sync != SyncNone {
+		return fmt.Errorf("unknown sync policy %q", o.Sync)
+	}
+	if o.Layout != "" {
+		return o.Layout.Valid()
+	}
+	return nil
+}
+
+// newHome says whether Open is creating the store, and what it must give
+// back if it refuses the new store.
+type newHome struct {
+	fresh   bool   // no store was there
+	existed bool   // the home directory was there
+	mode    uint32 // and had this mode
+}
+
+// locateStore finds the store's state at statePath, or, with create, makes
+// sure a new store may be made in home.
+func locateStore(home, statePath string, create bool) (newHome, error) {
+	nh := newHome{existed: true}
+	_, err := os.Stat(statePath)
+	if err == nil {
+		return nh, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nh, fmt.Errorf("open store: %w", err)
+	}
+	if !create {
+		return nh, fmt.Errorf("%s: %w", home, ErrNoStore)
+	}
+	if err := checkBackingFS(home); err != nil {
+		return nh, err
+	}
+	nh.fresh = true
+	if _, err := os.Lstat(home); errors.Is(err, fs.ErrNotExist) {
+		nh.existed = false
+		return nh, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(home, &st); err != nil {
+		return nh, fmt.Errorf("store home: %w", err)
+	}
+	nh.mode = st.Mode & 0o7777
+	return nh, nil
+}
+
+// makeStoreDirs makes the home and the directories the store keeps in it,
+// and restricts them to the owner.
+func makeStoreDirs(home string) error {
+	if err := os.MkdirAll(home, ownerOnly); err != nil {
+		return fmt.Errorf("create store home: %w", err)
+	}
+	for _, d := range []string{"layers", "l", "staging", "empty"} {
+		if err := os.MkdirAll(filepath.Join(home, d), ownerOnly); err != nil {
+			return fmt.Errorf("create store: %w", err)
+		}
+	}
+	// Nobody but the owner may reach a layer (see ownerOnly); a store
+	// from before is locked down here, l/ once recovery has made sure it
+	// is a directory, and the layer directories there too.
+	for _, d := range []string{home, filepath.Join(home, "layers"), filepath.Join(home, "staging"), filepath.Join(home, "empty")} {
+		if err := restrictDir(d); err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+	}
+	return nil
+}
+
+// undo removes what a refused Open made in home, and home itself when
+// Open made it; a home that existed gets its mode back. A store that was
+// there already is left alone.
+func (nh newHome) undo(home string) {
+	if !nh.fresh {
+		return
+	}
+	if !nh.existed {
 		os.RemoveAll(home)
 		return
 	}
 	for _, n := range []string{"layers", "l", "staging", "empty", "lock", "state.json", "features.json"} {
 		os.RemoveAll(filepath.Join(home, n))
 	}
-	unix.Chmod(home, mode)
+	unix.Chmod(home, nh.mode)
 }
 
 // ownerOnly is the mode of the home and of every directory the store
