@@ -140,10 +140,11 @@ func writeTestsCPIO(w io.Writer, pkgs []Package) error {
 	return cpio.WriteTrailer(cw)
 }
 
-// writeInitrd concatenates the cached core image and the tests archive. The
-// kernel unpacks concatenated newc archives in order; the padding keeps the
-// second archive 4-byte aligned as the unpacker requires.
-func writeInitrd(dst, core string, pkgs []Package) error {
+// writeInitrd concatenates the cached core image, the tests archive and,
+// for a kernel with modules, the modules archive. The kernel unpacks
+// concatenated newc archives in order; the padding keeps each following
+// archive 4-byte aligned as the unpacker requires.
+func writeInitrd(ctx context.Context, dst, core string, pkgs []Package, mods *ModuleSet) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return err
@@ -158,15 +159,34 @@ func writeInitrd(dst, core string, pkgs []Package) error {
 	if err != nil {
 		return fmt.Errorf("copy initramfs: %w", err)
 	}
-	if pad := (512 - n%512) % 512; pad > 0 {
-		if _, err := f.Write(make([]byte, pad)); err != nil {
-			return err
-		}
+	if err := pad512(f, n); err != nil {
+		return err
 	}
 	if err := writeTestsCPIO(f, pkgs); err != nil {
 		return err
 	}
+	if mods != nil {
+		end, err := f.Seek(0, io.SeekCurrent)
+		if err != nil {
+			return err
+		}
+		if err := pad512(f, end); err != nil {
+			return err
+		}
+		if err := writeModulesCPIO(ctx, f, mods); err != nil {
+			return err
+		}
+	}
 	return f.Close()
+}
+
+func pad512(w io.Writer, n int64) error {
+	if pad := (512 - n%512) % 512; pad > 0 {
+		if _, err := w.Write(make([]byte, pad)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // NestedWorkspace finds the go.work of a nested module that a package

@@ -25,6 +25,9 @@ type Config struct {
 	Kernel    string // bzImage
 	Initramfs string // core image from CoreInitramfs
 	Packages  []Package
+	// Modules, for a kernel whose drivers are modules, are packed into
+	// the initramfs and loaded by the guest before anything else.
+	Modules *ModuleSet
 	// Stock marks the unpatched kernel: proof tests must fail there.
 	Stock bool
 	// Filesystems are the disks to attach (tmpfs needs none).
@@ -90,7 +93,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return nil, fmt.Errorf("kernel %s: %w", c.Kernel, err)
 	}
 	initrd := filepath.Join(c.WorkDir, "initrd.cpio")
-	if err := writeInitrd(initrd, c.Initramfs, c.Packages); err != nil {
+	if err := writeInitrd(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
 		return nil, err
 	}
 	var qargs []string
