@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzStateLog feeds arbitrary bytes to the state log reader, as a damaged
-// or hostile state.json. load must fail or return a state that passes the
+// or hostile state file. load must fail or return a state that passes the
 // same validation as any state it reads; such a state must survive a
 // write and a read unchanged, both added to the file it was read from
 // (which may be damaged, or in the single-JSON format) and written to a
@@ -18,7 +18,7 @@ import (
 func FuzzStateLog(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
-		path := filepath.Join(dir, "state.json")
+		path := filepath.Join(dir, stateName)
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
 		}

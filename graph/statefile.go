@@ -54,6 +54,13 @@ type stateFile struct {
 	compact bool
 }
 
+// stateName is the state file in the home. legacyStateName is its name
+// from when it held one JSON document; Open renames such a file.
+const (
+	stateName       = "state.log"
+	legacyStateName = "state.json"
+)
+
 const (
 	trailerSize  = 16
 	trailerMagic = "OVLS"
@@ -310,6 +317,33 @@ func (f *stateFile) rewrite(st *state, rec []byte, t [trailerSize]byte) error {
 		if err := syncDir(dir); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// migrateStateName renames a store's state file from its old name to
+// stateName, once: the content is read as before (see lastSnapshot). A
+// rename that finds the old file gone or the new one there lost a race
+// with another Open doing the same and is done. With sync the rename is
+// made durable before the store is used.
+func migrateStateName(home string, sync bool) error {
+	if _, err := os.Lstat(filepath.Join(home, stateName)); err == nil {
+		return nil
+	}
+	from, to := filepath.Join(home, legacyStateName), filepath.Join(home, stateName)
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) {
+		// A filesystem without RENAME_NOREPLACE: the check above
+		// stands in for it.
+		err = os.Rename(from, to)
+	}
+	switch {
+	case errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EEXIST):
+		return nil
+	case err != nil:
+		return fmt.Errorf("rename %s to %s: %w", legacyStateName, stateName, err)
+	case sync:
+		return syncDir(home)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func mustLoad(t *testing.T, f *stateFile) *state {
 // Changes append snapshots; the log is compacted before it grows past its
 // limit, and two readers (as two processes) each see the other's writes.
 func TestStateLogAppendsAndCompacts(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
+	path := filepath.Join(t.TempDir(), stateName)
 	a, b := &stateFile{path: path}, &stateFile{path: path}
 	if err := a.store(stateWith(1)); err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestStateLogAppendsAndCompacts(t *testing.T) {
 // A store made before the log format holds one JSON document; it loads,
 // and the next change rewrites it as a log.
 func TestStateLogReadsSingleJSON(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
+	path := filepath.Join(t.TempDir(), stateName)
 	doc := `{"version":1,"layout":"hardlink","created":"2026-01-01T00:00:00Z","layers":{"a":{"link":"AAAAAA","depth":1,"created":"2026-01-01T00:00:00Z"}}}` + "\n"
 	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestStateLogSurvivesDamagedEnd(t *testing.T) {
 		"torn":  func(b []byte) []byte { return append(b, []byte(`{"version":1,"lay`)...) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "state.json")
+			path := filepath.Join(t.TempDir(), stateName)
 			f := &stateFile{path: path}
 			for i := 1; i <= 3; i++ {
 				if i > 1 {
@@ -138,7 +138,7 @@ func TestStateLogSurvivesDamagedEnd(t *testing.T) {
 }
 
 func TestStateLogRefusesGarbage(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
+	path := filepath.Join(t.TempDir(), stateName)
 	if err := os.WriteFile(path, []byte("not a state\x00\x01"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestStateLogRefusesGarbage(t *testing.T) {
 // peek serves the cached state only while no process changed the file:
 // an append or a compaction by another one makes it decline.
 func TestStatePeekSeesOtherWriters(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "state.json")
+	path := filepath.Join(t.TempDir(), stateName)
 	a, b := &stateFile{path: path}, &stateFile{path: path}
 	defer a.close()
 	defer b.close()

@@ -4,8 +4,9 @@
 //
 // A store lives in one home directory:
 //
-//	state.json        the layers and their parents (the truth): a log of
-//	                  snapshots, the last intact one counting
+//	state.log         the layers and their parents (the truth): a log of
+//	                  snapshots, the last intact one counting (state.json
+//	                  before; Open renames it)
 //	layers/<id>       its xattr trusted.ovlkit.mounts holds the mount count
 //	lock              serialises state changes between processes (flock)
 //	features.json     kernel features probed for this boot
@@ -154,7 +155,10 @@ func Open(home string, opts Options) (*Store, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	statePath := filepath.Join(home, "state.json")
+	statePath := filepath.Join(home, stateName)
+	if err := migrateStateName(home, opts.Sync == SyncFsync); err != nil {
+		return nil, err
+	}
 	nh, err := locateStore(home, statePath, opts.Create)
 	if err != nil {
 		return nil, err
@@ -269,7 +273,7 @@ func (nh newHome) undo(home string) {
 		os.RemoveAll(home)
 		return
 	}
-	for _, n := range []string{"layers", "l", "staging", "empty", "lock", "state.json", "features.json"} {
+	for _, n := range []string{"layers", "l", "staging", "empty", "lock", stateName, "features.json"} {
 		os.RemoveAll(filepath.Join(home, n))
 	}
 	unix.Chmod(home, nh.mode)

@@ -484,7 +484,7 @@ func helperProcess(home, prefix string) int {
 }
 
 // Two processes creating layers at once: the lock file must keep every
-// record (a lost update would drop layers from state.json).
+// record (a lost update would drop layers from the state file).
 func TestTwoProcesses(t *testing.T) {
 	home := t.TempDir()
 	s := openTest(t, home, LayoutOverlay)
