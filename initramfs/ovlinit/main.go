@@ -49,6 +49,9 @@ func main() {
 }
 
 func run() error {
+	// First of all: with a modular kernel the results console is a
+	// module (modules.go).
+	modProblems := loadModules()
 	mountKernelFS()
 	out, err := openResults()
 	if err != nil {
@@ -59,6 +62,9 @@ func run() error {
 	defer w.Flush()
 
 	fmt.Fprintf(w, "%sstart %s\n", tag, uname())
+	for _, p := range modProblems {
+		fmt.Fprintf(w, "%snote %s\n", tag, p)
+	}
 	entries, err := readManifest(manifestPath)
 	if err != nil {
 		fmt.Fprintf(w, "%serror %v\n", tag, err)
