@@ -376,10 +376,13 @@ func cmdRun(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var o options
 	o.register(fs)
-	kernelName := fs.String("kernel", "patched", "kernel: stock, patched, a tree name, or a bzImage path")
-	stock := fs.Bool("stock", false, "judge as the stock kernel (proof tests must fail); default: true for -kernel stock")
+	kernelName := fs.String("kernel", "patched", "kernel: stock, patched, a tree name, a bzImage path, "+
+		"distro (Debian's linux-image of -kbase), or a linux-image .deb")
+	modules := fs.String("modules", "", "modules of a modular -kernel: a linux-image .deb, an unpacked package, "+
+		"a /lib/modules directory or a release directory in it")
+	stock := fs.Bool("stock", false, "judge as the stock kernel (proof tests must fail); default: true for -kernel stock and distro")
 	fs.Parse(args)
-	kernel, err := resolveKernel(o.top, o.kbase, *kernelName)
+	kernel, mods, err := resolveGuestKernel(ctx, o, *kernelName, *modules)
 	if err != nil {
 		return err
 	}
@@ -387,14 +390,12 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	label := *kernelName
-	if strings.Contains(label, "/") {
-		label = "kernel"
-	}
-	c, err := h.config(label, kernel, *stock || *kernelName == "stock", nil)
+	label := kernelLabel(*kernelName)
+	c, err := h.config(label, kernel, *stock || *kernelName == "stock" || *kernelName == "distro", nil)
 	if err != nil {
 		return err
 	}
+	c.Modules = mods
 	res, err := vm.Run(ctx, c)
 	if err != nil {
 		return err
@@ -402,18 +403,82 @@ func cmdRun(ctx context.Context, args []string) error {
 	return h.report(res)
 }
 
+// kernelLabel names a -kernel argument in reports and run directories.
+func kernelLabel(name string) string {
+	switch {
+	case strings.HasSuffix(name, ".deb"):
+		return "deb"
+	case strings.Contains(name, "/"):
+		return "kernel"
+	}
+	return name
+}
+
+// resolveGuestKernel resolves a kernel argument and, for a modular kernel, the
+// modules the guest needs: "distro" is Debian's linux-image package of the
+// kernel base (scripts/distro-kernel.sh fetches and unpacks it), a .deb is
+// unpacked into the cache, anything else is a tree name or bzImage path
+// that takes its modules from -modules, if any.
+func resolveGuestKernel(ctx context.Context, o options, name, modules string) (string, *vm.ModuleSet, error) {
+	var kernel string
+	switch {
+	case name == "distro" || strings.HasSuffix(name, ".deb"):
+		var root string
+		if name == "distro" {
+			cmd := exec.CommandContext(ctx, filepath.Join(o.top, "scripts", "distro-kernel.sh"))
+			cmd.Env = append(os.Environ(), "KBASE="+o.kbase, "CACHE="+o.cache)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return "", nil, fmt.Errorf("KBASE=%s scripts/distro-kernel.sh: %w", o.kbase, err)
+			}
+			root = strings.TrimSpace(string(out))
+		} else {
+			var err error
+			if root, err = vm.ExtractDeb(ctx, name, o.cache); err != nil {
+				return "", nil, err
+			}
+		}
+		k, dir, err := vm.FindPackageKernel(root)
+		if err != nil {
+			return "", nil, err
+		}
+		kernel = k
+		if modules == "" {
+			modules = dir
+		}
+	default:
+		k, err := resolveKernel(o.top, o.kbase, name)
+		if err != nil {
+			return "", nil, err
+		}
+		kernel = k
+	}
+	if modules == "" {
+		return kernel, nil, nil
+	}
+	mods, err := vm.PrepareModules(ctx, kernel, modules, o.cache)
+	if err != nil {
+		return "", nil, err
+	}
+	progress("%s: %s", filepath.Base(kernel), mods.Describe())
+	return kernel, mods, nil
+}
+
 func cmdTest(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("test", flag.ExitOnError)
 	var o options
 	o.register(fs)
 	patched := fs.String("patched", "patched", "patched kernel")
-	stock := fs.String("stock", "stock", "stock kernel")
+	stock := fs.String("stock", "stock", "stock kernel: a tree name, a bzImage path, distro (Debian's "+
+		"linux-image of -kbase, judged with stock semantics against the patched build) or a linux-image .deb")
+	stockModules := fs.String("stock-modules", "", "modules of a modular -stock kernel (see run -modules)")
 	fs.Parse(args)
 	pk, err := resolveKernel(o.top, o.kbase, *patched)
 	if err != nil {
 		return err
 	}
-	sk, err := resolveKernel(o.top, o.kbase, *stock)
+	sk, stockMods, err := resolveGuestKernel(ctx, o, *stock, *stockModules)
 	if err != nil {
 		return err
 	}
@@ -425,10 +490,15 @@ func cmdTest(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	sc, err := h.config("stock", sk, true, nil)
+	stockLabel := "stock"
+	if *stock == "distro" || stockMods != nil {
+		stockLabel = "distro"
+	}
+	sc, err := h.config(stockLabel, sk, true, nil)
 	if err != nil {
 		return err
 	}
+	sc.Modules = stockMods
 	// Two guests at once use both host cores; each is single-CPU.
 	results := make([]*vm.Result, 2)
 	errs := make([]error, 2)
