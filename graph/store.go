@@ -279,68 +279,6 @@ func (nh newHome) undo(home string) {
 	unix.Chmod(home, nh.mode)
 }
 
-// ownerOnly is the mode of the home and of every directory the store
-// keeps in it (layers/, l/, empty/, staging/ and each layer's directory):
-// only the owner, root, may search them. The diffs hold what images
-// ship (setuid-root programs, device nodes, world-writable roots), and a
-// mount point shows them: a host user who could reach either would run
-// those programs with their privilege, open those devices or write into
-// layers that other containers share (the class of moby CVE-2021-41091
-// and containerd CVE-2021-41103). Mounts need no search permission on
-// these directories: the kernel resolves the layers once, as the
-// mounter, and a container gets its root from the runtime, not by path.
-const ownerOnly = 0o700
-
-// restrictDir gives dir the mode ownerOnly unless it has it already: a
-// store made before the modes tightened is locked down by its next Open.
-// The error names the directory.
-func restrictDir(dir string) error {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return fmt.Errorf("restrict %s to its owner: %w", dir, err)
-	}
-	if st.Mode&0o7777 == ownerOnly {
-		return nil
-	}
-	if err := unix.Chmod(dir, ownerOnly); err != nil {
-		return fmt.Errorf("restrict %s to its owner (mode %04o): %w", dir, st.Mode&0o7777, err)
-	}
-	return nil
-}
-
-// unfitFS are filesystems overlayfs cannot use as an upper layer, by the
-// name BackingFS gives them, with the reason. Other filesystems are
-// judged by the feature probe.
-var unfitFS = map[string]string{
-	"vfat":     "FAT has no whiteouts (character devices), xattrs or symlinks",
-	"exfat":    "exFAT has no whiteouts (character devices), xattrs or symlinks",
-	"overlay":  "overlayfs does not take an overlay as its upper layer",
-	"nfs":      "overlayfs does not take a network filesystem as its upper layer",
-	"fuse":     "overlayfs does not take a FUSE filesystem as its upper layer",
-	"ecryptfs": "overlayfs does not take eCryptfs as its upper layer",
-}
-
-// checkBackingFS refuses a new store on a filesystem in unfitFS, before
-// anything is created; home may not exist yet, so its nearest existing
-// ancestor is asked.
-func checkBackingFS(home string) error {
-	dir := home
-	for {
-		name, err := BackingFS(dir)
-		if errors.Is(err, unix.ENOENT) && dir != filepath.Dir(dir) {
-			dir = filepath.Dir(dir)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("store home %s: %w", home, err)
-		}
-		if why, ok := unfitFS[name]; ok {
-			return fmt.Errorf("store home %s is on %s: %s: %w", home, name, why, ErrUnfitFS)
-		}
-		return nil
-	}
-}
-
 func (s *Store) init(opts Options) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -556,48 +494,4 @@ func userXattrsWork(home string) error {
 		return fmt.Errorf("the backing filesystem does not store user xattrs, which userxattr layers need: %w", err)
 	}
 	return nil
-}
-
-// lockLayer takes the per-layer lock of id: an exclusive flock on the
-// layer directory, which conflicts with every other holder in this or
-// another process. ApplyDiff replaces the directory by an exchange, so the
-// lock is retried until it is held on the directory currently in place.
-func (s *Store) lockLayer(id string) (*layerLock, error) {
-	return s.lockLayerHow(id, unix.LOCK_EX)
-}
-
-func (s *Store) lockLayerHow(id string, how int) (*layerLock, error) {
-	if err := validID(id); err != nil {
-		return nil, err
-	}
-	dir := s.layerDir(id)
-	for {
-		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
-			}
-			return nil, fmt.Errorf("lock layer %s: %w", id, err)
-		}
-		if err := flock(fd, how); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("lock layer %s: %w", id, err)
-		}
-		var held, cur unix.Stat_t
-		if err := unix.Fstat(fd, &held); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("lock layer %s: %w", id, err)
-		}
-		err = unix.Stat(dir, &cur)
-		if err == nil && held.Ino == cur.Ino && held.Dev == cur.Dev {
-			return &layerLock{s: s, id: id, fd: fd}, nil
-		}
-		unix.Close(fd)
-		if err != nil && !errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("lock layer %s: %w", id, err)
-		}
-		if errors.Is(err, unix.ENOENT) {
-			return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
-		}
-	}
 }

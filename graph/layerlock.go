@@ -182,3 +182,47 @@ func (s *Store) prepareVolatile(l *layerLock) error {
 	}
 	return nil
 }
+
+// lockLayer takes the per-layer lock of id: an exclusive flock on the
+// layer directory, which conflicts with every other holder in this or
+// another process. ApplyDiff replaces the directory by an exchange, so the
+// lock is retried until it is held on the directory currently in place.
+func (s *Store) lockLayer(id string) (*layerLock, error) {
+	return s.lockLayerHow(id, unix.LOCK_EX)
+}
+
+func (s *Store) lockLayerHow(id string, how int) (*layerLock, error) {
+	if err := validID(id); err != nil {
+		return nil, err
+	}
+	dir := s.layerDir(id)
+	for {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+			}
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		if err := flock(fd, how); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		var held, cur unix.Stat_t
+		if err := unix.Fstat(fd, &held); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		err = unix.Stat(dir, &cur)
+		if err == nil && held.Ino == cur.Ino && held.Dev == cur.Dev {
+			return &layerLock{s: s, id: id, fd: fd}, nil
+		}
+		unix.Close(fd)
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+	}
+}
