@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -346,7 +347,7 @@ func (c command) emitStatus(w io.Writer, st graph.Status) error {
 			for k := range m.CopyUp {
 				keys = append(keys, k)
 			}
-			sortStrings(keys)
+			sort.Strings(keys)
 			b.WriteString(" copy-up:")
 			for _, k := range keys {
 				fmt.Fprintf(&b, " %s=%d", escapeMessage(k), m.CopyUp[k])

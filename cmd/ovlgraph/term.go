@@ -2,14 +2,13 @@ package main
 
 import (
 	"os"
-	"sort"
 
 	"golang.org/x/sys/unix"
 )
 
+// isTerminal reports whether f is a terminal, where diff refuses to write
+// a tar.
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
 	return err == nil
 }
-
-func sortStrings(s []string) { sort.Strings(s) }
