@@ -104,122 +104,162 @@ func Probe(dir string) (Features, error) {
 		return f, fmt.Errorf("probe directory: %w", err)
 	}
 	defer os.RemoveAll(base)
+	p := &prober{base: base, f: &f}
+	// Each step probes one feature or a group found by one mount; a step
+	// returns false when the ones after it cannot work.
+	steps := []func() (bool, error){
+		p.dType, p.backingFS, p.overlay, p.multiLower, p.options, p.newMountAPI,
+	}
+	for _, step := range steps {
+		more, err := step()
+		if err != nil || !more {
+			return f, err
+		}
+	}
+	return f, nil
+}
 
-	if f.DType, err = SupportsDType(base); err != nil {
-		return f, err
+// prober holds what the probe steps share: the scratch directory, the
+// result, and the options every probe mount gets.
+type prober struct {
+	base string
+	f    *Features
+	opts []string
+}
+
+func (p *prober) dType() (bool, error) {
+	var err error
+	if p.f.DType, err = SupportsDType(p.base); err != nil {
+		return false, err
 	}
-	if !f.DType {
-		f.Notes["d_type"] = "readdir returns DT_UNKNOWN"
+	if !p.f.DType {
+		p.f.Notes["d_type"] = "readdir returns DT_UNKNOWN"
 	}
-	// Whiteouts and the opaque xattr live on the backing filesystem; a
-	// filesystem without them (FAT) still takes an overlay mount on 6.1,
-	// with a warning, and fails only at the first deletion.
-	if err := unix.Mknod(filepath.Join(base, "whiteout"), unix.S_IFCHR|0o600, 0); err != nil {
-		f.Notes["whiteouts"] = "mknod: " + err.Error()
+	return true, nil
+}
+
+// backingFS probes whiteouts and trusted xattrs, which live on the
+// backing filesystem: a filesystem without them (FAT) still takes an
+// overlay mount on 6.1, with a warning, and fails only at the first
+// deletion. It also finds the index parameter, which sets the options of
+// every later probe mount.
+func (p *prober) backingFS() (bool, error) {
+	if err := unix.Mknod(filepath.Join(p.base, "whiteout"), unix.S_IFCHR|0o600, 0); err != nil {
+		p.f.Notes["whiteouts"] = "mknod: " + err.Error()
 	} else {
-		f.Whiteouts = true
+		p.f.Whiteouts = true
 	}
-	if err := unix.Setxattr(base, "trusted.ovlkit.probe", []byte("y"), 0); err != nil {
-		f.Notes["trusted_xattr"] = "setxattr: " + err.Error()
+	if err := unix.Setxattr(p.base, "trusted.ovlkit.probe", []byte("y"), 0); err != nil {
+		p.f.Notes["trusted_xattr"] = "setxattr: " + err.Error()
 	} else {
-		f.Xattrs = true
+		p.f.Xattrs = true
 	}
 	if _, err := os.Stat("/sys/module/overlay/parameters/index"); err == nil {
-		f.IndexParam = true
+		p.f.IndexParam = true
+		p.opts = append(p.opts, "index=off")
 	}
-	var opts []string
-	if f.IndexParam {
-		opts = append(opts, "index=off")
-	}
+	return true, nil
+}
 
-	// One upper, one lower.
-	p, err := newProbeDirs(base, "single", 1)
+// overlay mounts one upper on one lower.
+func (p *prober) overlay() (bool, error) {
+	d, err := newProbeDirs(p.base, "single", 1)
 	if err != nil {
-		return f, err
+		return false, err
 	}
-	if err := p.try(opts); err != nil {
-		f.Notes["overlay"] = err.Error()
-		f.Notes["multi_lower"] = "no overlay"
-		return f, nil
+	if err := d.try(p.opts); err != nil {
+		p.f.Notes["overlay"] = err.Error()
+		p.f.Notes["multi_lower"] = "no overlay"
+		return false, nil
 	}
-	f.Overlay = true
-	if err := p.unmount(); err != nil {
-		return f, err
-	}
+	p.f.Overlay = true
+	return true, d.unmount()
+}
 
-	// Two lowers, then the behaviour of a default mount.
-	p, err = newProbeDirs(base, "multi", 2)
+// multiLower mounts two lowers, then learns from that mount how a default
+// mount behaves (metacopy, redirect_dir) and whether it has copy-up
+// counters.
+func (p *prober) multiLower() (bool, error) {
+	d, err := newProbeDirs(p.base, "multi", 2)
 	if err != nil {
-		return f, err
+		return false, err
 	}
-	if err := os.WriteFile(filepath.Join(p.lower[1], "file"), []byte("data"), 0o644); err != nil {
-		return f, fmt.Errorf("probe file: %w", err)
+	if err := os.WriteFile(filepath.Join(d.lower[1], "file"), []byte("data"), 0o644); err != nil {
+		return false, fmt.Errorf("probe file: %w", err)
 	}
-	if err := os.Mkdir(filepath.Join(p.lower[1], "dir1"), 0o755); err != nil {
-		return f, fmt.Errorf("probe dir: %w", err)
+	if err := os.Mkdir(filepath.Join(d.lower[1], "dir1"), 0o755); err != nil {
+		return false, fmt.Errorf("probe dir: %w", err)
 	}
-	if err := p.try(opts); err != nil {
-		f.Notes["multi_lower"] = err.Error()
-		return f, nil
+	if err := d.try(p.opts); err != nil {
+		p.f.Notes["multi_lower"] = err.Error()
+		return false, nil
 	}
-	f.MultiLower = true
-	f.Metacopy, err = probeMetacopy(p)
-	if err != nil {
-		p.unmount()
-		return f, err
+	p.f.MultiLower = true
+	if p.f.Metacopy, err = probeMetacopy(d); err != nil {
+		d.unmount()
+		return false, err
 	}
-	f.RedirectDir, err = probeRedirect(p)
-	if err != nil {
-		p.unmount()
-		return f, err
+	if p.f.RedirectDir, err = probeRedirect(d); err != nil {
+		d.unmount()
+		return false, err
 	}
-	// The counters are read, not only looked for, so that a store never
-	// claims statistics its Status could not show.
-	switch _, err := CopyUpStats(p.merged); {
+	p.copyUpStats(d.merged)
+	return true, d.unmount()
+}
+
+// copyUpStats reads the counters of the probe mount, not only looks for
+// them, so that a store never claims statistics its Status could not
+// show.
+func (p *prober) copyUpStats(merged string) {
+	switch _, err := CopyUpStats(merged); {
 	case err == nil:
-		f.CopyUpStats = true
+		p.f.CopyUpStats = true
 	case errors.Is(err, os.ErrNotExist):
-		f.Notes["copyup_stats"] = "the overlay has no counter directory in " + sysfsOverlay
+		p.f.Notes["copyup_stats"] = "the overlay has no counter directory in " + sysfsOverlay
 	default:
-		f.Notes["copyup_stats"] = err.Error()
+		p.f.Notes["copyup_stats"] = err.Error()
 	}
-	if err := p.unmount(); err != nil {
-		return f, err
-	}
+}
 
+// options mounts once with each mount option that a kernel may lack.
+func (p *prober) options() (bool, error) {
 	for _, o := range []struct {
 		name string
 		opt  string
 		dst  *bool
 	}{
-		{"userxattr", "userxattr", &f.Userxattr},
-		{"strict_upper", "strict_upper", &f.StrictUpper},
-		{"fsync_strict", "fsync=strict", &f.FsyncStrict},
+		{"userxattr", "userxattr", &p.f.Userxattr},
+		{"strict_upper", "strict_upper", &p.f.StrictUpper},
+		{"fsync_strict", "fsync=strict", &p.f.FsyncStrict},
 	} {
-		p, err := newProbeDirs(base, o.name, 2)
+		d, err := newProbeDirs(p.base, o.name, 2)
 		if err != nil {
-			return f, err
+			return false, err
 		}
-		if err := p.try(append(append([]string{}, opts...), o.opt)); err != nil {
-			f.Notes[o.name] = err.Error()
+		if err := d.try(append(append([]string{}, p.opts...), o.opt)); err != nil {
+			p.f.Notes[o.name] = err.Error()
 			continue
 		}
 		*o.dst = true
-		if err := p.unmount(); err != nil {
-			return f, err
+		if err := d.unmount(); err != nil {
+			return false, err
 		}
 	}
+	return true, nil
+}
 
-	p, err = newProbeDirs(base, "fsconfig", 2)
+// newMountAPI builds an overlay with fsconfig lowerdir+.
+func (p *prober) newMountAPI() (bool, error) {
+	d, err := newProbeDirs(p.base, "fsconfig", 2)
 	if err != nil {
-		return f, err
+		return false, err
 	}
-	if err := probeLowerdirPlus(p, opts); err != nil {
-		f.Notes["new_mount_api"] = err.Error()
+	if err := probeLowerdirPlus(d, p.opts); err != nil {
+		p.f.Notes["new_mount_api"] = err.Error()
 	} else {
-		f.NewMountAPI = true
+		p.f.NewMountAPI = true
 	}
-	return f, nil
+	return true, nil
 }
 
 type probeDirs struct {
