@@ -156,19 +156,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 		return c.emit(out, map[string]any{"home": s.Home(), "layout": s.Layout()},
 			fmt.Sprintf("store %s (layout %s)\n", quoteName(s.Home()), s.Layout()))
 	case "create":
-		if c.rw {
-			err = s.CreateReadWrite(c.id, c.parent)
-		} else {
-			err = s.Create(c.id, c.parent)
-		}
-		if err != nil {
-			return err
-		}
-		li, err := s.Layer(c.id)
-		if err != nil {
-			return err
-		}
-		return c.emit(out, li, fmt.Sprintf("created %s\n", quoteName(c.id)))
+		return c.create(s, out)
 	case "apply":
 		n, err := s.ApplyDiff(ctx, c.id, e.stdin)
 		if err != nil {
@@ -182,15 +170,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 		}
 		return c.emit(out, map[string]any{"id": c.id, "path": p}, quoteName(p)+"\n")
 	case "umount":
-		if err := s.Put(c.id); err != nil {
-			return err
-		}
-		li, err := s.Layer(c.id)
-		if err != nil {
-			return err
-		}
-		return c.emit(out, map[string]any{"id": c.id, "mounts": li.Mounts},
-			fmt.Sprintf("%s: %d reference(s) left\n", quoteName(c.id), li.Mounts))
+		return c.umount(s, out)
 	case "diff":
 		if f, ok := out.(*os.File); ok && isTerminal(f) {
 			return errors.New("refusing to write a tar to a terminal; redirect stdout")
@@ -220,32 +200,66 @@ func (c command) exec(ctx context.Context, e *env) error {
 		}
 		return c.emitStatus(out, st)
 	case "check":
-		probs, err := s.Check()
-		if err != nil {
-			return err
-		}
-		if c.json {
-			if probs == nil {
-				probs = []graph.Problem{}
-			}
-			if err := writeJSON(out, map[string]any{"ok": len(probs) == 0, "problems": probs}); err != nil {
-				return err
-			}
-		} else if len(probs) == 0 {
-			fmt.Fprintln(out, "ok")
-		} else {
-			// A problem can name an entry found in the store's
-			// directories, whatever its name.
-			for _, p := range probs {
-				fmt.Fprintln(out, escapeMessage(p.String()))
-			}
-		}
-		if len(probs) > 0 {
-			return fmt.Errorf("%d problem(s)", len(probs))
-		}
-		return nil
+		return c.check(s, out)
 	}
 	return fmt.Errorf("unknown command %q", c.name)
+}
+
+func (c command) create(s *graph.Store, out io.Writer) error {
+	var err error
+	if c.rw {
+		err = s.CreateReadWrite(c.id, c.parent)
+	} else {
+		err = s.Create(c.id, c.parent)
+	}
+	if err != nil {
+		return err
+	}
+	li, err := s.Layer(c.id)
+	if err != nil {
+		return err
+	}
+	return c.emit(out, li, fmt.Sprintf("created %s\n", quoteName(c.id)))
+}
+
+func (c command) umount(s *graph.Store, out io.Writer) error {
+	if err := s.Put(c.id); err != nil {
+		return err
+	}
+	li, err := s.Layer(c.id)
+	if err != nil {
+		return err
+	}
+	return c.emit(out, map[string]any{"id": c.id, "mounts": li.Mounts},
+		fmt.Sprintf("%s: %d reference(s) left\n", quoteName(c.id), li.Mounts))
+}
+
+// check prints the store's problems and fails when there are any.
+func (c command) check(s *graph.Store, out io.Writer) error {
+	probs, err := s.Check()
+	if err != nil {
+		return err
+	}
+	if c.json {
+		if probs == nil {
+			probs = []graph.Problem{}
+		}
+		if err := writeJSON(out, map[string]any{"ok": len(probs) == 0, "problems": probs}); err != nil {
+			return err
+		}
+	} else if len(probs) == 0 {
+		fmt.Fprintln(out, "ok")
+	} else {
+		// A problem can name an entry found in the store's
+		// directories, whatever its name.
+		for _, p := range probs {
+			fmt.Fprintln(out, escapeMessage(p.String()))
+		}
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%d problem(s)", len(probs))
+	}
+	return nil
 }
 
 func (c command) emit(w io.Writer, v any, human string) error {
