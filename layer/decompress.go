@@ -198,42 +198,15 @@ const blockSize = 512
 // it when reading the data.
 func (t *tarStream) sparseMap(hdr *tar.Header) (*sparseEntry, error) {
 	t.recording = false
-	oldGNU, pax1x0 := hdr.Typeflag == tar.TypeGNUSparse, false
-	if !oldGNU {
-		major, minor := hdr.PAXRecords["GNU.sparse.major"], hdr.PAXRecords["GNU.sparse.minor"]
-		switch {
-		case major == "0" && (minor == "0" || minor == "1"):
-		case major == "1" && minor == "0":
-			pax1x0 = true
-		case major != "" || minor != "":
-			return nil, nil // archive/tar reads an unknown version as a plain file
-		case hdr.PAXRecords["GNU.sparse.map"] != "":
-		default:
-			return nil, nil
-		}
+	format := sparseFormatOf(hdr)
+	if format == notSparse {
+		return nil, nil
 	}
-	// Walk the recorded headers to the entry's own.
 	rec := t.rec
-	off := int((t.recStart+blockSize-1)/blockSize*blockSize - t.recStart)
-	var blk []byte
-	for {
-		if off < 0 || off+blockSize > len(rec) {
-			return nil, errors.New("sparse entry: header not found in the stream")
-		}
-		b := rec[off : off+blockSize]
-		switch b[156] {
-		case tar.TypeXHeader, tar.TypeGNULongName, tar.TypeGNULongLink:
-			n, ok := parseNumeric(b[124:136])
-			if !ok || n < 0 || n > maxHeaderBytes {
-				return nil, errors.New("sparse entry: bad extended header size")
-			}
-			off += blockSize + int((n+blockSize-1)/blockSize*blockSize)
-			continue
-		}
-		blk = b
-		break
+	blk, hdrEnd, err := t.entryHeader()
+	if err != nil {
+		return nil, err
 	}
-	hdrEnd := off + blockSize
 	stored, ok := parseNumeric(blk[124:136])
 	if v := hdr.PAXRecords["size"]; v != "" {
 		stored, ok = parseDecimal(v)
@@ -242,75 +215,159 @@ func (t *tarStream) sparseMap(hdr *tar.Header) (*sparseEntry, error) {
 		return nil, errors.New("sparse entry: bad size field")
 	}
 	var data []sparseData
-	switch {
-	case oldGNU:
-		// Four entries in the header, 21 in each extension block; a
-		// flag byte after them says whether another block follows.
-		entries, ext, next := blk[386:482], blk[482], hdrEnd
-		for {
-			for i := 0; i+24 <= len(entries) && entries[i] != 0; i += 24 {
-				o, ok1 := parseNumeric(entries[i : i+12])
-				l, ok2 := parseNumeric(entries[i+12 : i+24])
-				if !ok1 || !ok2 {
-					return nil, errors.New("sparse entry: bad map entry")
-				}
-				data = append(data, sparseData{o, l})
-			}
-			if ext == 0 {
-				break
-			}
-			if next+blockSize > len(rec) {
-				return nil, errors.New("sparse entry: extension block not found in the stream")
-			}
-			b := rec[next : next+blockSize]
-			entries, ext, next = b[:504], b[504], next+blockSize
-		}
-	case pax1x0:
-		// Newline-terminated decimals at the start of the data, whole
-		// blocks of it read by archive/tar already.
-		toks := strings.Split(string(rec[hdrEnd:]), "\n")
-		n, ok := int64(0), len(toks) > 0
-		if ok {
-			n, ok = parseDecimal(toks[0])
-		}
-		if !ok || n < 0 || int64(len(toks)-1) < 2*n {
-			return nil, errors.New("sparse entry: bad map")
-		}
-		for i := int64(0); i < n; i++ {
-			o, ok1 := parseDecimal(toks[1+2*i])
-			l, ok2 := parseDecimal(toks[2+2*i])
-			if !ok1 || !ok2 {
-				return nil, errors.New("sparse entry: bad map entry")
-			}
-			data = append(data, sparseData{o, l})
-		}
+	switch format {
+	case sparseOldGNU:
+		data, err = oldGNUSparseMap(rec, blk, hdrEnd)
+	case sparsePAX1:
+		data, err = pax1SparseMap(rec[hdrEnd:])
 		stored -= int64(len(rec) - hdrEnd)
 	default:
-		m := strings.Split(hdr.PAXRecords["GNU.sparse.map"], ",")
-		if len(m)%2 != 0 {
-			return nil, errors.New("sparse entry: bad map")
+		data, err = pax0SparseMap(hdr.PAXRecords["GNU.sparse.map"])
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSparseMap(data, hdr.Size, stored); err != nil {
+		return nil, err
+	}
+	return &sparseEntry{data: data, physical: stored}, nil
+}
+
+// sparseFormat is how an entry records its sparse map.
+type sparseFormat int
+
+const (
+	notSparse    sparseFormat = iota
+	sparseOldGNU              // 'S' entries: the map in the header and extension blocks
+	sparsePAX0                // GNU PAX 0.0 and 0.1: the map in a PAX record
+	sparsePAX1                // GNU PAX 1.0: the map at the start of the data
+)
+
+func sparseFormatOf(hdr *tar.Header) sparseFormat {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return sparseOldGNU
+	}
+	major, minor := hdr.PAXRecords["GNU.sparse.major"], hdr.PAXRecords["GNU.sparse.minor"]
+	switch {
+	case major == "0" && (minor == "0" || minor == "1"):
+		return sparsePAX0
+	case major == "1" && minor == "0":
+		return sparsePAX1
+	case major != "" || minor != "":
+		return notSparse // archive/tar reads an unknown version as a plain file
+	case hdr.PAXRecords["GNU.sparse.map"] != "":
+		return sparsePAX0
+	}
+	return notSparse
+}
+
+// entryHeader walks the recorded headers, past extended headers and long
+// names, to the entry's own header block; it returns the block and the
+// offset in the record just after it.
+func (t *tarStream) entryHeader() ([]byte, int, error) {
+	rec := t.rec
+	off := int((t.recStart+blockSize-1)/blockSize*blockSize - t.recStart)
+	for {
+		if off < 0 || off+blockSize > len(rec) {
+			return nil, 0, errors.New("sparse entry: header not found in the stream")
 		}
-		for i := 0; i < len(m); i += 2 {
-			o, ok1 := parseDecimal(m[i])
-			l, ok2 := parseDecimal(m[i+1])
+		b := rec[off : off+blockSize]
+		switch b[156] {
+		case tar.TypeXHeader, tar.TypeGNULongName, tar.TypeGNULongLink:
+			n, ok := parseNumeric(b[124:136])
+			if !ok || n < 0 || n > maxHeaderBytes {
+				return nil, 0, errors.New("sparse entry: bad extended header size")
+			}
+			off += blockSize + int((n+blockSize-1)/blockSize*blockSize)
+			continue
+		}
+		return b, off + blockSize, nil
+	}
+}
+
+// oldGNUSparseMap reads four entries in the header blk, 21 in each
+// extension block after it at hdrEnd in rec; a flag byte after the
+// entries says whether another block follows.
+func oldGNUSparseMap(rec, blk []byte, hdrEnd int) ([]sparseData, error) {
+	var data []sparseData
+	entries, ext, next := blk[386:482], blk[482], hdrEnd
+	for {
+		for i := 0; i+24 <= len(entries) && entries[i] != 0; i += 24 {
+			o, ok1 := parseNumeric(entries[i : i+12])
+			l, ok2 := parseNumeric(entries[i+12 : i+24])
 			if !ok1 || !ok2 {
 				return nil, errors.New("sparse entry: bad map entry")
 			}
 			data = append(data, sparseData{o, l})
 		}
+		if ext == 0 {
+			return data, nil
+		}
+		if next+blockSize > len(rec) {
+			return nil, errors.New("sparse entry: extension block not found in the stream")
+		}
+		b := rec[next : next+blockSize]
+		entries, ext, next = b[:504], b[504], next+blockSize
 	}
+}
+
+// pax1SparseMap reads newline-terminated decimals at the start of the
+// data, whole blocks of which archive/tar has read already.
+func pax1SparseMap(head []byte) ([]sparseData, error) {
+	toks := strings.Split(string(head), "\n")
+	n, ok := int64(0), len(toks) > 0
+	if ok {
+		n, ok = parseDecimal(toks[0])
+	}
+	if !ok || n < 0 || int64(len(toks)-1) < 2*n {
+		return nil, errors.New("sparse entry: bad map")
+	}
+	var data []sparseData
+	for i := int64(0); i < n; i++ {
+		o, ok1 := parseDecimal(toks[1+2*i])
+		l, ok2 := parseDecimal(toks[2+2*i])
+		if !ok1 || !ok2 {
+			return nil, errors.New("sparse entry: bad map entry")
+		}
+		data = append(data, sparseData{o, l})
+	}
+	return data, nil
+}
+
+// pax0SparseMap reads the comma-separated offsets and lengths of a
+// GNU.sparse.map record.
+func pax0SparseMap(rec string) ([]sparseData, error) {
+	m := strings.Split(rec, ",")
+	if len(m)%2 != 0 {
+		return nil, errors.New("sparse entry: bad map")
+	}
+	var data []sparseData
+	for i := 0; i < len(m); i += 2 {
+		o, ok1 := parseDecimal(m[i])
+		l, ok2 := parseDecimal(m[i+1])
+		if !ok1 || !ok2 {
+			return nil, errors.New("sparse entry: bad map entry")
+		}
+		data = append(data, sparseData{o, l})
+	}
+	return data, nil
+}
+
+// checkSparseMap refuses fragments out of order or beyond the size, and a
+// map whose data is not the stored data.
+func checkSparseMap(data []sparseData, size, stored int64) error {
 	var end, sum int64
 	for _, d := range data {
-		if d.offset < end || d.length < 0 || d.offset > hdr.Size-d.length {
-			return nil, fmt.Errorf("sparse entry: fragment of %d bytes at %d out of order or beyond the size %d", d.length, d.offset, hdr.Size)
+		if d.offset < end || d.length < 0 || d.offset > size-d.length {
+			return fmt.Errorf("sparse entry: fragment of %d bytes at %d out of order or beyond the size %d", d.length, d.offset, size)
 		}
 		end = d.offset + d.length
 		sum += d.length
 	}
 	if sum != stored {
-		return nil, fmt.Errorf("sparse entry: map holds %d bytes of data, the stream %d", sum, stored)
+		return fmt.Errorf("sparse entry: map holds %d bytes of data, the stream %d", sum, stored)
 	}
-	return &sparseEntry{data: data, physical: stored}, nil
+	return nil
 }
 
 func parseDecimal(s string) (int64, bool) {
