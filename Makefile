@@ -51,12 +51,17 @@ kernel-%: deps
 test: deps lint host-test fuzz-short kernel guest-test selftest series-check
 	@echo "make test: all checks passed"
 
+# actionlint runs shellcheck over the workflow's run: scripts too.
+ACTIONLINT = go run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
 lint:
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting" >&2; exit 1; }
 	go vet ./...
 	go vet -tags ovlkit_guest ./tests/guest/... ./cmd/ovlgraph
 	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags ovlkit_guest ./tests/guest/... ./cmd/ovlgraph
+	@command -v shellcheck >/dev/null || { echo "lint: shellcheck is missing (make deps installs it)" >&2; exit 1; }
+	shellcheck -x -P SCRIPTDIR scripts/*.sh .ci/run
+	$(ACTIONLINT) .github/workflows/*.yml
 
 host-test:
 	@mkdir -p $(OUT)
