@@ -5,55 +5,65 @@
 #   make test     host tests, then the guest suite on the patched and the
 #                 stock kernel (proof tests must fail on stock), the
 #                 harness self-test, and the series checks
+#   make help     every target and option
 #
-# Options: KBASE=6.1|6.12 (kernel base: linux-source-$(KBASE), patches/$(KBASE))
-#          KERNEL=patched|stock|<tree>  ACCEL=auto|kvm|tcg  CACHE=<dir>
-#          RUN=<regexp>  FS=ext4,xfs,btrfs,xfs-ftype0,vfat  KCONFIG_EXTRA=debug  V=1
+# "make help" prints the "## " comments of this file: one after a target's
+# prerequisites describes the target, one of the form "## NAME=default: what"
+# above a variable describes an option. README.md's option table lists the
+# same options; make lint fails when the two differ.
 
 SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
+## CACHE=$XDG_CACHE_HOME/ovlkit: kernel trees, build directories, ccache, initramfs, run logs
 export CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/ovlkit
+## ACCEL=auto: kvm, tcg, or auto (KVM only if a probe boot reaches the kernel banner)
 export ACCEL ?= auto
 # The one place the kernel base is chosen; scripts, ovlvm and the kconfig
 # fragments read it from the environment.
+## KBASE=6.1: kernel base: linux-source-$KBASE, patches/$KBASE (6.1 or 6.12)
 export KBASE ?= 6.1
+## KCONFIG_EXTRA=: extra fragments from kconfig/, e.g. debug
 export KCONFIG_EXTRA
+## KERNEL=patched: kernel for make: patched, stock, or a devtree name
 KERNEL ?= patched
+## RUN=: regexp of guest tests to run (default all)
 RUN ?=
+## FS=ext4,xfs,btrfs,xfs-ftype0,vfat: disk filesystems to attach (tmpfs is always there)
 FS ?= ext4,xfs,btrfs,xfs-ftype0,vfat
+## V=1: show the full kernel build output
 OUT := build
 GUEST_FLAGS = -fs $(FS) $(if $(RUN),-run '$(RUN)')
 OVLVM = go run ./cmd/ovlvm
 
 .PHONY: all deps kernel kernel-stock kernel-patched run test host-test \
 	guest-test selftest series-check lint bench-pipeline clean fuzz fuzz-short \
-	test-debug
+	test-debug help
 
-all: deps kernel-$(KERNEL)
+all: deps kernel-$(KERNEL) ## install what is missing, build KERNEL, boot it, run the guest suite
 	@mkdir -p $(OUT)
 	$(OVLVM) run -kernel $(KERNEL) $(GUEST_FLAGS) -junit $(OUT)/junit-guest.xml -json $(OUT)/guest.json
 
-deps:
+deps: ## install the Debian packages that are missing
 	@scripts/deps.sh
 
-kernel: kernel-stock kernel-patched
+kernel: kernel-stock kernel-patched ## build the stock and the patched kernel
 
-kernel-stock: deps
+kernel-stock: deps ## build the stock kernel
 	@scripts/kernel.sh build stock
 
-kernel-patched: deps
+kernel-patched: deps ## build the patched kernel
 	@scripts/kernel.sh build patched
 
 # Any other tree made with "scripts/kernel.sh devtree NAME".
-kernel-%: deps
+kernel-%: deps ## build a tree made by scripts/kernel.sh devtree NAME
 	@scripts/kernel.sh build $*
 
-test: deps lint host-test fuzz-short kernel guest-test selftest series-check
+test: deps lint host-test fuzz-short kernel guest-test selftest series-check ## every check: lint, host tests, fuzz-short, both kernels, guest suite, selftest, series
 	@echo "make test: all checks passed"
 
 # actionlint runs shellcheck over the workflow's run: scripts too.
 ACTIONLINT = go run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
-lint:
+lint: ## gofmt, go vet, staticcheck, shellcheck, actionlint, README's option table
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || { echo "gofmt: files above need formatting" >&2; exit 1; }
 	go vet ./...
 	go vet -tags ovlkit_guest ./tests/guest/... ./cmd/ovlgraph
@@ -62,8 +72,11 @@ lint:
 	@command -v shellcheck >/dev/null || { echo "lint: shellcheck is missing (make deps installs it)" >&2; exit 1; }
 	shellcheck -x -P SCRIPTDIR scripts/*.sh .ci/run
 	$(ACTIONLINT) .github/workflows/*.yml
+	@diff <(sed -n 's/^## \([A-Z_]*\)=.*/\1/p' Makefile | sort) \
+		<(sed -n 's/^| `\([A-Z_]*\)=.*/\1/p' README.md | sort) \
+		|| { echo "lint: the options of README.md's table (>) and the Makefile's ## comments (<) differ" >&2; exit 1; }
 
-host-test:
+host-test: ## go test ./... on the host
 	@mkdir -p $(OUT)
 	set -o pipefail; go test -json -count=1 ./... | $(OVLVM) junit -label host -o $(OUT)/junit-host.xml
 
@@ -72,8 +85,11 @@ host-test:
 # targets make and remove thousands of small trees, so they run in a
 # temporary directory on tmpfs where there is one: on a disk filesystem a
 # busy journal stalls every removal.
+## FUZZTIME=2m: time per fuzz target in make fuzz
 FUZZTIME ?= 2m
+## FUZZTIME_SHORT=10s: time per fuzz target in make fuzz-short
 FUZZTIME_SHORT ?= 10s
+## FUZZ_TMPDIR=/dev/shm: where the fuzz targets make their trees (tmpfs when there is one)
 FUZZ_TMPDIR ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
 
 define run-fuzz
@@ -91,13 +107,13 @@ define run-fuzz
 	done
 endef
 
-fuzz:
+fuzz: ## every fuzz target for FUZZTIME each
 	$(call run-fuzz,$(FUZZTIME))
 
-fuzz-short:
+fuzz-short: ## every fuzz target for FUZZTIME_SHORT each
 	$(call run-fuzz,$(FUZZTIME_SHORT))
 
-guest-test:
+guest-test: ## ovlvm test: the guest suite on both kernels, proofs and keeps judged
 	@mkdir -p $(OUT)
 	$(OVLVM) test $(GUEST_FLAGS) -junit $(OUT)/junit-guest.xml -json $(OUT)/guest.json
 
@@ -108,9 +124,11 @@ guest-test:
 # (a module of its own: only this target runs it) on every filesystem.
 # Any kernel report fails the run, and so does lockdep found off at the
 # end. Too slow for make test under TCG; see Documentation/testing.rst.
+## DEBUG_TIMEOUT=300m: make test-debug's timeout per VM and per test binary
 DEBUG_TIMEOUT ?= 300m
+## DEBUG_MEM=2048: make test-debug's guest memory in MiB
 DEBUG_MEM ?= 2048
-test-debug: deps
+test-debug: deps ## both kernels with kconfig/debug.config, the whole suite plus the fault injection
 	@mkdir -p $(OUT)
 	cd tests/guest/faults && GOWORK=$$PWD/go.work go vet -tags ovlkit_guest .
 	@set -e; for tree in stock patched; do \
@@ -129,30 +147,44 @@ test-debug: deps
 		-junit $(OUT)/junit-debug.xml -json $(OUT)/guest-debug.json; \
 	rc=$$?; echo "test-debug: guest suite on both debug kernels took $$(( $$(date +%s) - start ))s"; exit $$rc
 
-selftest: kernel-patched
+selftest: kernel-patched ## show that the harness catches what it must
 	@mkdir -p $(OUT)
 	$(OVLVM) selftest -kernel patched -junit $(OUT)/junit-selftest.xml
 
-series-check: deps
+series-check: deps ## checkpatch, bisect build, W=1 and sparse over the series
 	@scripts/series-check.sh
 
 # xfstests' overlay tests (./check -overlay) in a Debian guest on the stock
 # and the patched kernel; fails on any test that passes on stock and fails
 # on patched (Documentation/regress.rst). Hours under TCG: not in make test.
 # XFSTESTS= is the source (a path or git URL; upstream by default).
+## REGRESS_GROUP=auto: xfstests group for make regress
 REGRESS_GROUP ?= auto
+## REGRESS_FS=ext4,xfs: base filesystems for make regress
 REGRESS_FS ?= ext4,xfs
+## XFSTESTS=upstream: xfstests-dev for make regress, a path or git URL
+## XFSTESTS_REF=: the xfstests commit for make regress (default its head)
 export XFSTESTS XFSTESTS_REF
 .PHONY: regress
-regress: deps kernel
+regress: deps kernel ## xfstests' overlay tests on both kernels in a Debian guest (hours under TCG)
 	@mkdir -p $(OUT)
 	@start=$$(date +%s); \
 	$(OVLVM) xfstests -kernel stock,patched -g $(REGRESS_GROUP) -fs $(REGRESS_FS) \
 		-junit $(OUT)/junit-xfstests.xml -table $(OUT)/xfstests.rst; \
 	rc=$$?; echo "regress: xfstests -g $(REGRESS_GROUP) on $(REGRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
 
-bench-pipeline: deps
+bench-pipeline: deps ## time the loop: builds, edit to result, boot to result
 	@scripts/bench-pipeline.sh
 
-clean:
+clean: ## remove build/
 	rm -rf $(OUT)
+
+# The targets, then the options, from the "## " comments above.
+help: ## this list
+	@echo 'usage: make [TARGET] [NAME=value ...]'
+	@echo
+	@echo 'Targets:'
+	@sed -n 's/^\([a-zA-Z%_-]*\):.*## \(.*\)/  \1\t\2/p' $(firstword $(MAKEFILE_LIST)) | expand -t 18
+	@echo
+	@echo 'Options (NAME=default):'
+	@sed -n 's/^## \([A-Z_]*=[^:]*\): \(.*\)/  \1\t\2/p' $(firstword $(MAKEFILE_LIST)) | expand -t 40
