@@ -23,14 +23,7 @@ type treeDir struct{ src, dst string }
 // hard-linked. It costs one new inode per directory and one link per file.
 func LinkTree(src, dst string) error {
 	var dirs []treeDir
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, p)
-		if err != nil {
-			return err
-		}
+	err := walkRel(src, func(p, rel string, d fs.DirEntry) error {
 		target := filepath.Join(dst, rel)
 		if d.IsDir() {
 			if err := os.Mkdir(target, 0o700); err != nil {
@@ -55,14 +48,7 @@ func LinkTree(src, dst string) error {
 // refused rather than copied wrongly.
 func MergeDiff(diff, root string) error {
 	var dirs []treeDir
-	err := filepath.WalkDir(diff, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(diff, p)
-		if err != nil {
-			return err
-		}
+	err := walkRel(diff, func(p, rel string, d fs.DirEntry) error {
 		dir, err := mergeEntry(p, filepath.Join(root, rel), rel == ".", d.IsDir())
 		if dir != nil {
 			dirs = append(dirs, *dir)
@@ -73,6 +59,21 @@ func MergeDiff(diff, root string) error {
 		return fmt.Errorf("merge %s into %s: %w", diff, root, err)
 	}
 	return finishTreeDirs(dirs)
+}
+
+// walkRel walks the tree at root, parents before children, and calls fn
+// with each path, its path relative to root ("." for root) and its entry.
+func walkRel(root string, fn func(p, rel string, d fs.DirEntry) error) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		return fn(p, rel, d)
+	})
 }
 
 // mergeEntry merges the diff entry p into target, the same path in the
