@@ -114,13 +114,49 @@ type applier struct {
 }
 
 func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (int64, error) {
-	prefix, err := opts.Whiteouts.xattrPrefix()
+	a, err := newApplier(ctx, root, opts)
 	if err != nil {
 		return 0, err
 	}
+	defer a.close()
+	plain, closeDecomp, err := decompress(r, a.limits.MaxDecoderWindow)
+	if err != nil {
+		return 0, fmt.Errorf("layer: %w", err)
+	}
+	defer closeDecomp()
+	if err := a.readTar(plain); err != nil {
+		return a.size, err
+	}
+	// Reading the compressed stream to its end checks its trailer (gzip
+	// CRC, zstd checksum): a corrupted layer must not apply silently just
+	// because the damage sits in the padding after the tar.
+	if _, err := io.Copy(io.Discard, plain); err != nil {
+		return a.size, fmt.Errorf("layer: read past end of tar: %w", err)
+	}
+	if err := a.finish(); err != nil {
+		return a.size, err
+	}
+	// a.size counts every regular file entry as it is read, which is what
+	// MaxSize limits; entries that later ones replaced or whited out are
+	// not in the layer, and the size recorded for it must be what Size
+	// reads back from it.
+	n, err := size(root)
+	if err != nil {
+		return a.size, err
+	}
+	return n, nil
+}
+
+// newApplier opens root and readies an applier for it; the caller closes
+// it.
+func newApplier(ctx context.Context, root string, opts ApplyOptions) (*applier, error) {
+	prefix, err := opts.Whiteouts.xattrPrefix()
+	if err != nil {
+		return nil, err
+	}
 	rootFd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return 0, fmt.Errorf("layer: open apply root %s: %w", root, err)
+		return nil, fmt.Errorf("layer: open apply root %s: %w", root, err)
 	}
 	a := &applier{
 		ctx:    ctx,
@@ -142,37 +178,36 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 	if len(opts.Lowers) > 0 {
 		a.lowers = &fsView{layers: opts.Lowers, prefix: prefix}
 	}
-	defer a.close()
 	a.euid, a.egid = os.Geteuid(), os.Getegid()
 	var rootSt unix.Stat_t
 	if err := unix.Fstat(rootFd, &rootSt); err != nil {
-		return 0, fmt.Errorf("layer: stat apply root %s: %w", root, err)
+		a.close()
+		return nil, fmt.Errorf("layer: stat apply root %s: %w", root, err)
 	}
 	a.rootKey = statKey(&rootSt)
 	a.umask = processUmask()
+	return a, nil
+}
 
-	plain, closeDecomp, err := decompress(r, a.limits.MaxDecoderWindow)
-	if err != nil {
-		return 0, fmt.Errorf("layer: %w", err)
-	}
-	defer closeDecomp()
+// readTar applies every entry of the tar in plain, up to its end marker.
+func (a *applier) readTar(plain io.Reader) error {
 	tail := &trailerReader{r: plain}
 	a.stream = &tarStream{r: tail}
 	tr := tar.NewReader(a.stream)
 	for {
-		if err := ctx.Err(); err != nil {
-			return a.size, fmt.Errorf("layer: apply: %w", err)
+		if err := a.ctx.Err(); err != nil {
+			return fmt.Errorf("layer: apply: %w", err)
 		}
 		a.stream.record()
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			if !tail.sawEndMarker() {
-				return a.size, fmt.Errorf("layer: tar stream truncated after %d bytes: %w", tail.n, io.ErrUnexpectedEOF)
+				return fmt.Errorf("layer: tar stream truncated after %d bytes: %w", tail.n, io.ErrUnexpectedEOF)
 			}
-			break
+			return nil
 		}
 		if err != nil {
-			return a.size, fmt.Errorf("layer: read tar after %d bytes: %w", tail.n, err)
+			return fmt.Errorf("layer: read tar after %d bytes: %w", tail.n, err)
 		}
 		a.sparse, err = a.stream.sparseMap(hdr)
 		a.inSparse = a.sparse != nil
@@ -187,27 +222,9 @@ func apply(ctx context.Context, root string, r io.Reader, opts ApplyOptions) (in
 		}
 		a.closeRetired()
 		if err != nil {
-			return a.size, &EntryError{Name: hdr.Name, Err: err}
+			return &EntryError{Name: hdr.Name, Err: err}
 		}
 	}
-	// Reading the compressed stream to its end checks its trailer (gzip
-	// CRC, zstd checksum): a corrupted layer must not apply silently just
-	// because the damage sits in the padding after the tar.
-	if _, err := io.Copy(io.Discard, plain); err != nil {
-		return a.size, fmt.Errorf("layer: read past end of tar: %w", err)
-	}
-	if err := a.finish(); err != nil {
-		return a.size, err
-	}
-	// a.size counts every regular file entry as it is read, which is what
-	// MaxSize limits; entries that later ones replaced or whited out are
-	// not in the layer, and the size recorded for it must be what Size
-	// reads back from it.
-	n, err := size(root)
-	if err != nil {
-		return a.size, err
-	}
-	return n, nil
 }
 
 // countEntry counts the entry just read against MaxEntries.
