@@ -115,17 +115,23 @@ func (t *tarWriter) entry(name string, st *unix.Stat_t, metaPath, dataPath strin
 	if dataPath == "" {
 		return fmt.Errorf("%s: metacopy file without its lower data (export needs the lowers)", metaPath)
 	}
+	return t.data(dataPath, hdr.Size)
+}
+
+// data writes the content of a regular file entry of size bytes from
+// dataPath.
+func (t *tarWriter) data(dataPath string, size int64) error {
 	f, err := os.OpenFile(dataPath, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dataPath, err)
 	}
 	defer f.Close()
-	n, err := io.CopyBuffer(t.tw, io.LimitReader(f, hdr.Size), t.buf)
+	n, err := io.CopyBuffer(t.tw, io.LimitReader(f, size), t.buf)
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", dataPath, err)
 	}
-	if n != hdr.Size {
-		return fmt.Errorf("%s shrank while exported (%d of %d bytes)", dataPath, n, hdr.Size)
+	if n != size {
+		return fmt.Errorf("%s shrank while exported (%d of %d bytes)", dataPath, n, size)
 	}
 	return nil
 }
