@@ -155,53 +155,79 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 			}
 		}
 		if isDir {
-			res.stack = append(res.stack, dirPart{layer: p.layer, rel: rel})
-			opaque, err := v.isOpaque(full)
+			opaque, redirect, err := v.mergeDir(&res, full, dirPart{layer: p.layer, rel: rel})
 			if err != nil {
 				return node{}, err
-			}
-			if len(res.stack) == 1 {
-				res.opaque = opaque
 			}
 			if opaque {
 				break
 			}
-			redirect, ok, err := v.xattr(full, "redirect")
-			if err != nil {
-				return node{}, err
-			}
-			if ok && redirect != "" {
-				if len(res.stack) == 1 {
-					res.redirected = true
-				}
+			if redirect != "" {
 				parts, cur, k = v.redirectParts(parts, k, p.layer, redirect)
 			}
 			continue
 		}
-		if st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size > 0 {
-			_, meta, err := v.xattr(full, "metacopy")
-			if err != nil {
-				return node{}, err
-			}
-			if meta {
-				needData = true
-				redirect, ok, err := v.xattr(full, "redirect")
-				if err != nil {
-					return node{}, err
-				}
-				if ok && redirect != "" {
-					parts, cur, k = v.redirectParts(parts, k, p.layer, redirect)
-				}
-				continue
-			}
+		meta, redirect, err := v.metacopy(full, &st)
+		if err != nil {
+			return node{}, err
 		}
-		res.data = full
-		break
+		if !meta {
+			res.data = full
+			break
+		}
+		needData = true
+		if redirect != "" {
+			parts, cur, k = v.redirectParts(parts, k, p.layer, redirect)
+		}
 	}
 	if needData && res.data == "" {
 		return node{}, fmt.Errorf("metacopy file %s: its data is in none of the lower layers", res.path)
 	}
 	return res, nil
+}
+
+// mergeDir adds the directory full, part of a merged directory, to res.
+// It reports whether the directory is opaque, which ends the merge, and
+// where its redirect sends the lookup ("" for nowhere); the topmost
+// directory's flags are recorded in res.
+func (v *fsView) mergeDir(res *node, full string, part dirPart) (bool, string, error) {
+	res.stack = append(res.stack, part)
+	opaque, err := v.isOpaque(full)
+	if err != nil {
+		return false, "", err
+	}
+	if len(res.stack) == 1 {
+		res.opaque = opaque
+	}
+	if opaque {
+		return true, "", nil
+	}
+	redirect, ok, err := v.xattr(full, "redirect")
+	if err != nil || !ok {
+		return false, "", err
+	}
+	if len(res.stack) == 1 && redirect != "" {
+		res.redirected = true
+	}
+	return false, redirect, nil
+}
+
+// metacopy reports whether full (with st) is a metacopy file, whose data
+// is in a layer below, and where its redirect sends the search for the
+// data ("" for nowhere).
+func (v *fsView) metacopy(full string, st *unix.Stat_t) (bool, string, error) {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size == 0 {
+		return false, "", nil
+	}
+	_, meta, err := v.xattr(full, "metacopy")
+	if err != nil || !meta {
+		return false, "", err
+	}
+	redirect, ok, err := v.xattr(full, "redirect")
+	if err != nil || !ok {
+		return true, "", err
+	}
+	return true, redirect, nil
 }
 
 // redirectParts continues a lookup after a redirect found in layer: an
