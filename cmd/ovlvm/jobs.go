@@ -172,9 +172,15 @@ func cmdMerge(w io.Writer, args []string) error {
 	}
 	fmt.Fprintf(w, "%d of %d jobs reported; %d runs failed, %d jobs missing\n",
 		len(jobs)-len(m.Missing), len(jobs), len(m.Failed), len(m.Missing))
-	if !m.OK() {
-		return fmt.Errorf("merge: %d runs failed (%s), %d of %d jobs missing",
-			len(m.Failed), strings.Join(m.Failed, ", "), len(m.Missing), len(jobs))
+	var problems []string
+	if len(m.Failed) > 0 {
+		problems = append(problems, fmt.Sprintf("%d runs failed (%s)", len(m.Failed), strings.Join(m.Failed, ", ")))
+	}
+	if len(m.Missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d of %d jobs missing", len(m.Missing), len(jobs)))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("merge: %s", strings.Join(problems, "; "))
 	}
 	return nil
 }
