@@ -3,6 +3,7 @@ module github.com/ovlkit/ovlkit
 go 1.26.8
 
 require (
+	github.com/euank/go-kmsg-parser v2.0.0+incompatible
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/hugelgupf/vmtest v0.0.0-20240307030256-5d9f3d34a58d
 	github.com/klauspost/compress v1.18.0
