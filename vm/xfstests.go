@@ -28,6 +28,13 @@ import (
 //go:embed xfstests_guest.sh
 var xfstestsGuestScript []byte
 
+// ReadersGuestScript is the run.sh of "ovlvm readers": findmnt, dmesg
+// and trace-cmd reading what the kernel shows of overlays mounted with
+// each option set in OPTION_SETS (readers_guest.sh).
+//
+//go:embed readers_guest.sh
+var ReadersGuestScript []byte
+
 // xfstestsDiskSize is the size of the sparse test and scratch disks; some
 // tests want 8 GiB free on the scratch device (overlay/001) or fill it.
 const xfstestsDiskSize = 16 << 30
@@ -41,7 +48,12 @@ type XfstestsConfig struct {
 	FS string
 	// Check are the arguments for ./check after -overlay: groups (-g
 	// quick), tests (overlay/001) or exclusions (-e generic/001).
-	Check    []string
+	Check []string
+	// Script replaces the guest's run.sh (xfstests_guest.sh) for other
+	// checks that need the Debian userland (ReadersGuestScript); Env
+	// lines are appended to the /ovlkit/env it sources.
+	Script   []byte
+	Env      []string
 	QEMU     string
 	Accel    Accelerator
 	MemoryMB int
@@ -120,7 +132,11 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 		return nil, err
 	}
 	defer os.Remove(scratchImg)
-	ctlImg, err := controlDisk(ctx, c.WorkDir, c.FS, c.Check)
+	script := c.Script
+	if script == nil {
+		script = xfstestsGuestScript
+	}
+	ctlImg, err := controlDisk(ctx, c.WorkDir, c.FS, c.Check, script, c.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +213,14 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 		res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
 	}
 	for _, l := range console {
-		if i := strings.Index(l, "ovlkit-xfstests: kernel "); i >= 0 {
-			f := strings.Fields(l[i+len("ovlkit-xfstests: kernel "):])
+		// Both guest scripts start with this line: "ovlkit-xfstests:
+		// kernel 6.1.0, xfstests COMMIT, ..." or "ovlkit-readers: kernel".
+		marker := "ovlkit-xfstests: kernel "
+		if !strings.Contains(l, marker) {
+			marker = "ovlkit-readers: kernel "
+		}
+		if i := strings.Index(l, marker); i >= 0 {
+			f := strings.Fields(l[i+len(marker):])
 			if len(f) > 0 {
 				res.Uname = strings.TrimSuffix(f[0], ",")
 			}
@@ -303,7 +325,7 @@ func sizedDisk(ctx context.Context, dir, name, fs string, size int64) (string, e
 
 // controlDisk writes the guest's run.sh and its settings into a small
 // ext4 image (mkfs.ext4 -d, so no loop device is needed on the host).
-func controlDisk(ctx context.Context, dir, fs string, check []string) (string, error) {
+func controlDisk(ctx context.Context, dir, fs string, check []string, script []byte, extraEnv []string) (string, error) {
 	src := filepath.Join(dir, "control")
 	if err := os.RemoveAll(src); err != nil {
 		return "", err
@@ -312,10 +334,13 @@ func controlDisk(ctx context.Context, dir, fs string, check []string) (string, e
 		return "", err
 	}
 	env := fmt.Sprintf("FSTYP=%s\nCHECK_ARGS='%s'\n", fs, strings.Join(check, " "))
+	for _, e := range extraEnv {
+		env += e + "\n"
+	}
 	if err := os.WriteFile(filepath.Join(src, "env"), []byte(env), 0o644); err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(src, "run.sh"), xfstestsGuestScript, 0o755); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "run.sh"), script, 0o755); err != nil {
 		return "", err
 	}
 	img := filepath.Join(dir, "control.img")

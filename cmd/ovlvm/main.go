@@ -53,6 +53,8 @@ func main() {
 		err = cmdJUnit(os.Args[2:])
 	case "xfstests":
 		err = cmdXfstests(ctx, os.Args[2:])
+	case "readers":
+		err = cmdReaders(ctx, os.Args[2:])
 	case "jobs", "merge":
 		err = cmdJobsMerge(os.Args[1], os.Args[2:])
 	case "-h", "-help", "--help", "help":

@@ -51,54 +51,12 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	if *exclude != "" {
 		check = append(check, "-e", *exclude)
 	}
-	abs, err := filepath.Abs(*top)
+	g, err := setupDebianGuest(ctx, *top, *cache, *kbase, *kernels, *image, *accel)
 	if err != nil {
 		return err
 	}
-	type kernel struct{ name, path string }
-	var ks []kernel
-	for _, k := range strings.Split(*kernels, ",") {
-		p, err := resolveKernel(abs, *kbase, k)
-		if err != nil {
-			return err
-		}
-		ks = append(ks, kernel{k, p})
-	}
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		return errors.New("qemu-system-x86_64 not found (run scripts/deps.sh)")
-	}
-	if err := os.MkdirAll(*cache, 0o755); err != nil {
-		return err
-	}
-	if *image == "" {
-		t0 := time.Now()
-		progress("image: scripts/xfstests-image.sh (cached by Debian suite and xfstests commit)")
-		cmd := exec.CommandContext(ctx, filepath.Join(abs, "scripts", "xfstests-image.sh"))
-		cmd.Env = append(os.Environ(), "CACHE="+*cache)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("scripts/xfstests-image.sh: %w", err)
-		}
-		// The path is the last line; tools the script runs may print more.
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		*image = strings.TrimSpace(lines[len(lines)-1])
-		progress("image: %s (%.0fs)", *image, time.Since(t0).Seconds())
-	}
-	var acc vm.Accelerator
-	switch *accel {
-	case "tcg":
-		acc = vm.TCG
-	case "kvm":
-		acc = vm.KVM
-	case "auto":
-		var why string
-		acc, why = vm.DetectAccel(ctx, qemu, ks[0].path, filepath.Join(*cache, "accel"))
-		progress("accelerator: %s (%s)", acc, why)
-	default:
-		return fmt.Errorf("-accel %q: want auto, kvm or tcg", *accel)
-	}
+	ks, qemu, acc := g.kernels, g.qemu, g.accel
+	*image = g.image
 	pruneRuns(*cache, 24*time.Hour)
 	runRoot, err := os.MkdirTemp(*cache, "run-xfstests-")
 	if err != nil {
@@ -229,4 +187,68 @@ func writeXfsTables(path string, all []*vm.XfstestsResult) error {
 		fmt.Fprintln(f)
 	}
 	return f.Close()
+}
+
+// debianGuest is what a run of the Debian guest (xfstests, readers) needs:
+// the kernels in order (the first is the baseline), the root image, QEMU
+// and the accelerator.
+type debianGuest struct {
+	kernels []guestKernel
+	image   string
+	qemu    string
+	accel   vm.Accelerator
+}
+
+type guestKernel struct{ name, path string }
+
+// setupDebianGuest resolves the kernels, builds or finds the image
+// (scripts/xfstests-image.sh) unless one is given, and picks the
+// accelerator.
+func setupDebianGuest(ctx context.Context, top, cache, kbase, kernels, image, accel string) (*debianGuest, error) {
+	abs, err := filepath.Abs(top)
+	if err != nil {
+		return nil, err
+	}
+	g := &debianGuest{image: image}
+	for _, k := range strings.Split(kernels, ",") {
+		p, err := resolveKernel(abs, kbase, k)
+		if err != nil {
+			return nil, err
+		}
+		g.kernels = append(g.kernels, guestKernel{k, p})
+	}
+	if g.qemu, err = exec.LookPath("qemu-system-x86_64"); err != nil {
+		return nil, errors.New("qemu-system-x86_64 not found (run scripts/deps.sh)")
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return nil, err
+	}
+	if g.image == "" {
+		t0 := time.Now()
+		progress("image: scripts/xfstests-image.sh (cached by Debian suite and xfstests commit)")
+		cmd := exec.CommandContext(ctx, filepath.Join(abs, "scripts", "xfstests-image.sh"))
+		cmd.Env = append(os.Environ(), "CACHE="+cache)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("scripts/xfstests-image.sh: %w", err)
+		}
+		// The path is the last line; tools the script runs may print more.
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		g.image = strings.TrimSpace(lines[len(lines)-1])
+		progress("image: %s (%.0fs)", g.image, time.Since(t0).Seconds())
+	}
+	switch accel {
+	case "tcg":
+		g.accel = vm.TCG
+	case "kvm":
+		g.accel = vm.KVM
+	case "auto":
+		var why string
+		g.accel, why = vm.DetectAccel(ctx, g.qemu, g.kernels[0].path, filepath.Join(cache, "accel"))
+		progress("accelerator: %s (%s)", g.accel, why)
+	default:
+		return nil, fmt.Errorf("-accel %q: want auto, kvm or tcg", accel)
+	}
+	return g, nil
 }
