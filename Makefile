@@ -173,6 +173,15 @@ regress: deps kernel ## xfstests' overlay tests on both kernels in a Debian gues
 		-junit $(OUT)/junit-xfstests.xml -table $(OUT)/xfstests.rst; \
 	rc=$$?; echo "regress: xfstests -g $(REGRESS_GROUP) on $(REGRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
 
+# findmnt, dmesg and trace-cmd reading what the series prints, in the
+# Debian guest (built without xfstests unless XFSTESTS is set) on both
+# kernels. The Go readers (procfs, moby/sys/mountinfo, go-kmsg-parser) run
+# in make test's guest suite.
+.PHONY: readers
+readers: deps kernel ## findmnt, dmesg and trace-cmd on the series' output, both kernels
+	@mkdir -p $(OUT)
+	$(OVLVM) readers -kernel stock,patched -junit $(OUT)/junit-readers.xml
+
 bench-pipeline: deps ## time the loop: builds, edit to result, boot to result
 	@scripts/bench-pipeline.sh
 

@@ -6,7 +6,8 @@
 # Prints the image's path on stdout; progress goes to stderr.
 #
 #   XFSTESTS=   xfstests source: a directory (work tree or bare git
-#               repository) or a git URL; default: upstream xfstests-dev
+#               repository) or a git URL; default: upstream xfstests-dev;
+#               "none" for the Debian guest without xfstests
 #   XFSTESTS_REF=  commit, tag or branch to build (default: its HEAD)
 #   SUITE=      Debian suite (default: bookworm)
 #   MIRROR=     Debian mirror (default: the one apt on this host uses)
@@ -165,7 +166,11 @@ cleanup() {
 trap cleanup EXIT
 
 src=$work/xfstests
-if [ -d "$XFSTESTS" ] && ! git -C "$XFSTESTS" rev-parse --git-dir >/dev/null 2>&1; then
+if [ "$XFSTESTS" = none ]; then
+	# The Debian guest alone, for checks that need its userland but not
+	# xfstests (ovlvm readers).
+	commit=none
+elif [ -d "$XFSTESTS" ] && ! git -C "$XFSTESTS" rev-parse --git-dir >/dev/null 2>&1; then
 	# A plain source tree: no commit to record, so key by content.
 	cp -a "$XFSTESTS" "$src"
 	commit=tree-$(cd "$src" && find . -type f ! -path './.git/*' -print0 | sort -z |
@@ -228,15 +233,17 @@ in_root apt-get -q update >"$dir/apt.log" 2>&1 &&
 	{ tail -n 30 "$dir/apt.log" >&2; die "apt-get install failed (log: $dir/apt.log)"; }
 in_root apt-get clean
 
-phase "building xfstests"
-rm -rf "$src/.git"
 rm -rf "$root/opt/xfstests"
-cp -a "$src" "$root/opt/xfstests"
-# shellcheck disable=SC2016 # nproc of the chroot's shell
-in_root sh -c 'cd /opt/xfstests && make -j"$(nproc)"' >"$dir/build.log" 2>&1 ||
-	{ grep -iE 'error|fatal' "$dir/build.log" | head -n 20 >&2; tail -n 20 "$dir/build.log" >&2
-	  die "xfstests build failed (log: $dir/build.log)"; }
-echo "$commit" >"$root/opt/xfstests/COMMIT"
+if [ "$commit" != none ]; then
+	phase "building xfstests"
+	rm -rf "$src/.git"
+	cp -a "$src" "$root/opt/xfstests"
+	# shellcheck disable=SC2016 # nproc of the chroot's shell
+	in_root sh -c 'cd /opt/xfstests && make -j"$(nproc)"' >"$dir/build.log" 2>&1 ||
+		{ grep -iE 'error|fatal' "$dir/build.log" | head -n 20 >&2; tail -n 20 "$dir/build.log" >&2
+		  die "xfstests build failed (log: $dir/build.log)"; }
+	echo "$commit" >"$root/opt/xfstests/COMMIT"
+fi
 
 # The users and groups xfstests' tests switch to.
 in_root sh -c 'groupadd -f fsgqa; id fsgqa >/dev/null 2>&1 || useradd -m -g fsgqa fsgqa

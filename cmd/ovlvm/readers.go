@@ -55,14 +55,21 @@ func cmdReaders(ctx context.Context, args []string) error {
 	kbase := fs.String("kbase", envOr("KBASE", defaultKBase), "kernel base: which linux-source trees stock and patched name")
 	kernels := fs.String("kernel", "stock,patched", "kernels to run, comma-separated; the last is judged as the patched one")
 	base := fs.String("fs", "ext4", "filesystem of the layers' disk: ext4 or xfs")
-	image := fs.String("image", "", "root image (default: scripts/xfstests-image.sh builds or finds it)")
+	image := fs.String("image", "", "root image (default: scripts/xfstests-image.sh builds or finds it, "+
+		"without xfstests unless XFSTESTS is set)")
 	accel := fs.String("accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
 	timeout := fs.Duration("timeout", 20*time.Minute, "timeout for each VM")
 	junit := fs.String("junit", "", "write a JUnit XML report here")
 	verbose := fs.Bool("v", false, "show the guest consoles")
 	fs.Parse(args)
 
-	g, err := setupDebianGuest(ctx, *top, *cache, *kbase, *kernels, *image, *accel)
+	// The readers need Debian's userland, not xfstests: without an
+	// XFSTESTS source of its own, the image is built without it.
+	var imageEnv []string
+	if os.Getenv("XFSTESTS") == "" {
+		imageEnv = append(imageEnv, "XFSTESTS=none")
+	}
+	g, err := setupDebianGuest(ctx, *top, *cache, *kbase, *kernels, *image, *accel, imageEnv...)
 	if err != nil {
 		return err
 	}

@@ -204,7 +204,7 @@ type guestKernel struct{ name, path string }
 // setupDebianGuest resolves the kernels, builds or finds the image
 // (scripts/xfstests-image.sh) unless one is given, and picks the
 // accelerator.
-func setupDebianGuest(ctx context.Context, top, cache, kbase, kernels, image, accel string) (*debianGuest, error) {
+func setupDebianGuest(ctx context.Context, top, cache, kbase, kernels, image, accel string, imageEnv ...string) (*debianGuest, error) {
 	abs, err := filepath.Abs(top)
 	if err != nil {
 		return nil, err
@@ -227,7 +227,7 @@ func setupDebianGuest(ctx context.Context, top, cache, kbase, kernels, image, ac
 		t0 := time.Now()
 		progress("image: scripts/xfstests-image.sh (cached by Debian suite and xfstests commit)")
 		cmd := exec.CommandContext(ctx, filepath.Join(abs, "scripts", "xfstests-image.sh"))
-		cmd.Env = append(os.Environ(), "CACHE="+cache)
+		cmd.Env = append(append(os.Environ(), "CACHE="+cache), imageEnv...)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.Output()
 		if err != nil {
