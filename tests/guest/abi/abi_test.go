@@ -22,12 +22,32 @@ import (
 )
 
 // Subjects of the patches that add the mount options these tests show,
-// exactly as in patches/6.1.
+// exactly as in patches/6.1 and patches/6.12. fsync= is a patch of the 6.1
+// series only: 6.12 has it upstream, and the harness judges a proof of it
+// there as a keeps test.
 const (
 	subjectStrictUpper  = "ovl: add strict_upper option to fail instead of degrading"
 	subjectStrictOpaque = "ovl: validate the opaque xattr value"
 	subjectFsync        = "ovl: add fsync=auto|strict|volatile mount option"
 )
+
+// lastOptionSubject is, per kernel base, the patch of the series that adds
+// the last of the mount options the series adds: a mount with all of them
+// needs that patch last.
+var lastOptionSubject = map[string]string{
+	"6.1":  subjectFsync,
+	"6.12": subjectStrictOpaque,
+}
+
+// shownByDefault is, per kernel base, what the super options of a new
+// overlay with an upper layer show without being asked. 6.12 (since 6.6)
+// shows uuid=on: the default uuid=auto becomes uuid=on on the first mount
+// of an upper dir that has no overlay.uuid xattr and is not impure, and
+// the persistent uuid is then stored on the upper root.
+var shownByDefault = map[string][]string{
+	"6.1":  nil,
+	"6.12": {"uuid=on"},
+}
 
 // writeFile makes a lower file for a test to copy up.
 func writeFile(t testing.TB, path string) {
