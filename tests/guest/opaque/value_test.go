@@ -100,9 +100,14 @@ func TestOpaqueInvalidValueWarns(t *testing.T) {
 }
 
 // "x" is what 6.8 and later write on a lower directory that holds xattr
-// whiteouts. This kernel cannot read those, so the user must be told once
-// per mount that entries meant to be deleted are visible.
+// whiteouts. 6.1 cannot read those, so the user must be told once per
+// mount that entries meant to be deleted are visible. 6.12 reads them, and
+// its version of the patch takes "x" as valid: there is nothing to warn
+// about there, and TestOpaqueXattrWhiteoutsHide keeps what 6.12 does.
 func TestOpaqueXattrWhiteoutsWarnOnce(t *testing.T) {
+	if base := guesttest.KernelBase(t); base != "6.1" {
+		t.Skipf("kernel base %s reads xattr whiteouts (upstream since 6.8) and patches/%s takes an opaque xattr of \"x\" as valid; TestOpaqueXattrWhiteoutsHide keeps that", base, base)
+	}
 	guesttest.Proves(t, subjectValidate)
 	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
 		l := valueLayers(t, fs)
@@ -122,6 +127,39 @@ func TestOpaqueXattrWhiteoutsWarnOnce(t *testing.T) {
 		}
 		if !strings.Contains(m[0], ns.opaque()) {
 			t.Errorf("warning %q does not name %s", m[0], ns.opaque())
+		}
+	})
+}
+
+// On 6.12 (upstream since 6.8) an opaque xattr of "x" on a lower directory
+// means it holds xattr whiteouts: empty regular files with an
+// overlay.whiteout xattr, which hide the entries of the layers below as a
+// 0/0 character device does. The directory itself is merged, not opaque.
+// The 6.12 series validates the opaque xattr and must take "x" as valid:
+// no warning, and the whiteouts keep hiding. 6.1 has no xattr whiteouts
+// (TestOpaqueXattrWhiteoutsWarnOnce proves its warning about them).
+func TestOpaqueXattrWhiteoutsHide(t *testing.T) {
+	if base := guesttest.KernelBase(t); base == "6.1" {
+		t.Skipf("kernel base %s has no xattr whiteouts (upstream since 6.8); TestOpaqueXattrWhiteoutsWarnOnce proves the warning about them", base)
+	}
+	guesttest.Keeps(t, "an opaque xattr of \"x\" on a lower dir merges it and its xattr whiteouts hide lower entries, without a warning")
+	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
+		l := valueLayers(t, fs)
+		addValueDir(t, l, ns, "lower0", "x1", "x")
+		addValueDir(t, l, ns, "lower0", "x2", "x")
+		for _, dir := range []string{"x1", "x2"} {
+			writeFile(t, filepath.Join(l.Lower[1], dir, "gone"), "lower\n")
+			writeFile(t, filepath.Join(l.Lower[0], dir, "gone"), "")
+			setXattr(t, filepath.Join(l.Lower[0], dir, "gone"), ns.name+".overlay.whiteout", "")
+		}
+		k := guesttest.OpenKmsg(t)
+		l.Mount(t, ns.mount...)
+		for _, dir := range []string{"x1", "x2"} {
+			expectNames(t, merged(l, dir), "mine", "secret")
+			expectENOENT(t, merged(l, dir, "gone"))
+		}
+		if m, _ := kmsgMatches(t, k, ns.name+".overlay."); len(m) != 0 {
+			t.Errorf("warnings for an opaque xattr of \"x\" or its xattr whiteouts: %q", m)
 		}
 	})
 }
