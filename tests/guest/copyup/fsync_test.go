@@ -256,13 +256,28 @@ func TestFsyncVolatileAlias(t *testing.T) {
 // tree, depending on how many xattrs the inode has.
 var xfsMetacopyRemoval = []string{"xfs/xfs_attr_sf_remove", "xfs/xfs_attr_leaf_removename", "xfs/xfs_attr_node_removename"}
 
+// subjectMetacopySync is the 6.12 series' patch that takes the place of
+// the 6.1 fsync= patch: 6.12 has fsync= upstream, but syncs nothing around
+// the data copy up of a metacopy file under fsync=strict.
+const subjectMetacopySync = "ovl: sync the data of a metacopy file before removing its metacopy xattr"
+
+// metacopyOrderSubject is, per kernel base, the patch that makes
+// fsync=strict sync a metacopy file's data before removing its metacopy
+// xattr.
+var metacopyOrderSubject = map[string]string{
+	"6.1":  subjectFsync,
+	"6.12": subjectMetacopySync,
+}
+
 // TestFsyncStrictMetacopyDataOrder proves on an xfs upper that fsync=strict
 // persists the data of a metacopy file before it removes the
 // trusted.overlay.metacopy xattr, and syncs again after the removal. Removing
 // the xattr first would let a crash persist the removal without the data:
-// the upper file would then claim to be complete and read as holes.
+// the upper file would then claim to be complete and read as holes. On 6.1
+// the fsync= patch does this; on 6.12, which has fsync= upstream, the
+// series' own patch for the order does.
 func TestFsyncStrictMetacopyDataOrder(t *testing.T) {
-	guesttest.Proves(t, subjectFsync)
+	guesttest.Proves(t, guesttest.ForBase(t, metacopyOrderSubject))
 	xfs := guesttest.NeedFS(t, "xfs")
 	l := splitLayers(t, xfs)
 	lowerTree(t, l.Lower[0])
