@@ -173,6 +173,14 @@ regress: deps kernel ## xfstests' overlay tests on both kernels in a Debian gues
 		-junit $(OUT)/junit-xfstests.xml -table $(OUT)/xfstests.rst; \
 	rc=$$?; echo "regress: xfstests -g $(REGRESS_GROUP) on $(REGRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
 
+# The guest suite on Debian's own linux-image package of KBASE, unmodified,
+# its modules loaded in the guest, judged as the stock kernel beside the
+# patched build (Documentation/distro.rst).
+.PHONY: distro-test
+distro-test: deps kernel-patched ## guest suite on Debian's linux-image of KBASE, judged as stock against patched
+	@mkdir -p $(OUT)
+	$(OVLVM) test -stock distro $(GUEST_FLAGS) -junit $(OUT)/junit-distro.xml -json $(OUT)/guest-distro.json
+
 # findmnt, dmesg and trace-cmd reading what the series prints, in the
 # Debian guest (built without xfstests unless XFSTESTS is set) on both
 # kernels. The Go readers (procfs, moby/sys/mountinfo, go-kmsg-parser) run
