@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -107,6 +109,12 @@ type applier struct {
 	rootKey    inodeKey
 	// umask of the process, read once.
 	umask uint32
+	// sum and sparseSum hash the current regular entry's data as it
+	// streams through copyRange when opts.Digest is set (sparseSum for a
+	// sparse entry); hashing says which, if any, is fed.
+	sum       hash.Hash
+	sparseSum *SparseHash
+	hashing   DigestAlgo
 	// rootOpaque records a .wh..wh..opq at the top of the tar. overlayfs
 	// ignores the opaque xattr on a layer's root, so with known lowers
 	// it is turned into whiteouts of everything the lowers show there.
@@ -177,6 +185,9 @@ func newApplier(ctx context.Context, root string, opts ApplyOptions) (*applier, 
 	}
 	if len(opts.Lowers) > 0 {
 		a.lowers = &fsView{layers: opts.Lowers, prefix: prefix}
+	}
+	if opts.Digest != nil {
+		a.sum, a.sparseSum = sha256.New(), NewSparseHash()
 	}
 	a.euid, a.egid = os.Geteuid(), os.Getegid()
 	var rootSt unix.Stat_t
@@ -787,8 +798,10 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 	}
 	if sp := a.sparse; sp != nil {
 		a.sparse = nil
+		a.startDigest(DigestSparseSHA256)
 		err = a.fillSparse(fd, sp, hdr.Size)
 	} else {
+		a.startDigest(DigestSHA256)
 		err = a.fillFile(fd, tr, hdr.Size)
 	}
 	if err == nil {
@@ -805,6 +818,9 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 			err = fmt.Errorf("fsync: %w", err)
 		}
 	}
+	if err == nil {
+		err = a.endDigest(fd, hdr.Size)
+	}
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = fmt.Errorf("close: %w", cerr)
 	}
@@ -812,6 +828,53 @@ func (a *applier) regular(pfd int, base string, hdr *tar.Header, tr *tar.Reader,
 		a.size += hdr.Size
 	}
 	return err
+}
+
+// startDigest readies the hash of a regular entry's data when the
+// caller asked for digests.
+func (a *applier) startDigest(algo DigestAlgo) {
+	if a.opts.Digest == nil {
+		return
+	}
+	a.hashing = algo
+	a.sum.Reset()
+	a.sparseSum.Reset()
+}
+
+// endDigest hands the digest of the file just written, open as fd, to
+// opts.Digest.
+func (a *applier) endDigest(fd int, size int64) error {
+	algo := a.hashing
+	a.hashing = ""
+	if a.opts.Digest == nil {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat: %w", err)
+	}
+	d := FileDigest{Dev: uint64(st.Dev), Ino: st.Ino, Size: size, Algo: algo}
+	if algo == DigestSparseSHA256 {
+		d.Sum = a.sparseSum.Sum(size)
+	} else {
+		a.sum.Sum(d.Sum[:0])
+	}
+	a.opts.Digest(d)
+	return nil
+}
+
+// hashChunk feeds data the entry's hash as it streams through: the bytes
+// at off of the file.
+func (a *applier) hashChunk(p []byte, off int64) error {
+	switch a.hashing {
+	case DigestSHA256:
+		a.sum.Write(p)
+	case DigestSparseSHA256:
+		if !a.sparseSum.WriteAt(p, off) {
+			return fmt.Errorf("sparse data at %d before the end of the previous fragment", off)
+		}
+	}
+	return nil
 }
 
 // fillFile copies size bytes of r into fd. Whole blocks of zeros are not
@@ -868,6 +931,9 @@ func (a *applier) copyRange(fd int, r io.Reader, base, size int64) (bool, error)
 			return false, fmt.Errorf("read content at offset %d of %d: %w", base+off, size, err)
 		}
 		chunk := a.buf[:m]
+		if err := a.hashChunk(chunk, base+off); err != nil {
+			return false, err
+		}
 		// Walk the chunk in hole-sized blocks, writing each run of
 		// non-zero blocks with one pwrite.
 		start := -1

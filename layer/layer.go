@@ -77,6 +77,14 @@ type ApplyOptions struct {
 	// MaxSize, when positive, replaces Limits.MaxSize; it is the field
 	// this limit had before Limits gathered them.
 	MaxSize int64
+	// Digest, when set, is called with the digest of every regular file
+	// Apply writes, once its data and metadata are in: the SHA-256 of its
+	// content (DigestSparseSHA256 for a sparse entry), computed from the
+	// bytes as they stream from the tar to the file, so that recording
+	// what a layer holds costs no second read. A file a later entry
+	// replaces was reported too; the caller keeps what the finished tree
+	// still holds, by Dev and Ino.
+	Digest func(FileDigest)
 }
 
 // Limits bound what one layer may cost the store, whatever its tar says.
