@@ -74,8 +74,9 @@ type JobConfig struct {
 }
 
 // JobConfigs are the kernel configurations of the matrix: the default one
-// of make test, and the debug one of make test-debug with that target's
-// guest memory, timeouts, lockdep requirement and fault-injection suite.
+// of make test, the debug one of make test-debug with that target's
+// guest memory, timeouts, lockdep requirement and fault-injection suite,
+// and the distribution's kernel as the stock one (make distro-test).
 func JobConfigs() []JobConfig {
 	return []JobConfig{
 		{Name: "default", TimeoutMinutes: 60},
@@ -87,6 +88,13 @@ func JobConfigs() []JobConfig {
 			// The VM timeout plus building the guest tests and the
 			// initramfs; hosted CI runners stop a job at 360.
 			TimeoutMinutes: 330,
+		},
+		{
+			// Debian's own linux-image of the base in the stock
+			// kernel's place, judged with stock semantics beside the
+			// patched build (make distro-test, Documentation/distro.rst).
+			Name: "distro", Args: []string{"-stock", "distro"},
+			TimeoutMinutes: 90,
 		},
 	}
 }

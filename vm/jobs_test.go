@@ -80,6 +80,8 @@ func TestListJobs(t *testing.T) {
 		"6.12-debug-tmpfs-faults", "6.12-debug-ext4-faults", "6.12-debug-xfs-faults", "6.12-debug-btrfs-faults",
 		"6.12-debug-all-once", "6.12-debug-all-ovlgraph",
 		"6.12-debug-tmpfs-perfs", "6.12-debug-ext4-perfs", "6.12-debug-xfs-perfs", "6.12-debug-btrfs-perfs",
+		"6.12-distro-all-once", "6.12-distro-all-ovlgraph",
+		"6.12-distro-tmpfs-perfs", "6.12-distro-ext4-perfs", "6.12-distro-xfs-perfs", "6.12-distro-btrfs-perfs",
 	}
 	if got := jobIDs(jobs); !reflect.DeepEqual(got, want) {
 		t.Errorf("jobs:\n got %v\nwant %v", got, want)
@@ -119,6 +121,14 @@ func TestListJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	distro, err := ListJobs(top, "out", JobFilter{Bases: []string{"6.12"}, Configs: []string{"distro"}, Suites: []string{"once"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(distro) != 1 || !strings.Contains(distro[0].Command, " -stock distro ") {
+		t.Errorf("a distro job boots Debian's kernel as the stock one: %+v", distro)
+	}
+
 	if len(once) != 1 || strings.Contains(once[0].Command, "OVLKIT_FS") || strings.Contains(once[0].Command, "KCONFIG_EXTRA") {
 		t.Errorf("a suite without ForEachFS runs once, on the default configuration: %+v", once)
 	}
@@ -128,7 +138,7 @@ func TestListJobs(t *testing.T) {
 	for _, b := range builds {
 		ids = append(ids, b.ID)
 	}
-	if want := []string{"6.1-default", "6.1-debug", "6.12-default", "6.12-debug"}; !reflect.DeepEqual(ids, want) {
+	if want := []string{"6.1-default", "6.1-debug", "6.1-distro", "6.12-default", "6.12-debug", "6.12-distro"}; !reflect.DeepEqual(ids, want) {
 		t.Errorf("kernel builds %v, want %v", ids, want)
 	}
 }
