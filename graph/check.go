@@ -22,7 +22,8 @@ func (p Problem) String() string {
 }
 
 // Check verifies the store's invariants without changing anything: every
-// recorded layer has its directories, parent and link; depths add up;
+// recorded layer has its directories, parent, link and, when it was made
+// with one, its manifest (Verify reads it); depths add up;
 // mount counts agree with the kernel; no directory lacks a record; the
 // recorded size of applied layers matches their content.
 func (s *Store) Check() ([]Problem, error) {
@@ -45,6 +46,11 @@ func (s *Store) Check() ([]Problem, error) {
 			for _, d := range dirs {
 				if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
 					add(id, "missing directory %s", d)
+				}
+			}
+			if r.Manifest {
+				if fi, err := os.Lstat(filepath.Join(s.layerDir(id), manifestName)); err != nil || !fi.Mode().IsRegular() {
+					add(id, "manifest missing (run verify)")
 				}
 			}
 			want := filepath.Join("..", "layers", id, "diff")

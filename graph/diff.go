@@ -62,6 +62,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 			return false, fmt.Errorf("apply %s: %w", id, err)
 		}
 		rec.Applied, rec.Size = true, n
+		rec.Manifest, rec.NeedsApply = true, false
 		return true, nil
 	})
 	if err != nil {
@@ -98,14 +99,25 @@ func (s *Store) applyTarget(id string) (applyInput, error) {
 }
 
 // checkApply returns id's record if ApplyDiff may fill it: it exists, has
-// no children and no content yet.
+// no content yet, and has no children, unless Repair reset it for its tar
+// to be applied again under them (none of them can be mounted then).
 func (s *Store) checkApply(st *state, id string) (*layerRecord, error) {
 	rec, ok := st.Layers[id]
 	if !ok {
 		return nil, fmt.Errorf("apply %s: %w", id, ErrNotExist)
 	}
-	if kids := st.children(id); len(kids) > 0 {
+	if kids := st.children(id); len(kids) > 0 && !rec.NeedsApply {
 		return nil, fmt.Errorf("apply %s: %w: %v", id, ErrHasChildren, kids)
+	}
+	if rec.Parent != "" {
+		if p := st.needsApply(rec.Parent); p != "" {
+			return nil, fmt.Errorf("apply %s: ancestor %s: %w; apply it first", id, p, ErrNeedsApply)
+		}
+	}
+	for _, d := range st.descendants(id) {
+		if m, err := s.mountsOf(d); err != nil || m.Refs > 0 {
+			return nil, fmt.Errorf("apply %s: descendant %s is mounted: %w", id, d, ErrMounted)
+		}
 	}
 	empty, err := dirEmpty(s.diffDir(id))
 	if err != nil {
@@ -122,13 +134,22 @@ func (s *Store) checkApply(st *state, id string) (*layerRecord, error) {
 // the sync policy; it returns the content size.
 func (s *Store) buildApplied(ctx context.Context, stg *layerStage, r io.Reader, in applyInput) (int64, error) {
 	// No fsync per file: one syncfs below, before the layer is published,
-	// makes the whole stage durable at once.
+	// makes the whole stage durable at once, manifest included.
+	digests := map[inodeID]layer.FileDigest{}
 	n, err := layer.Apply(ctx, stg.diff(), r, layer.ApplyOptions{
 		Whiteouts: s.whiteouts(),
 		Lowers:    nonNil(in.lowers),
 		Limits:    s.limits,
+		Digest:    func(d layer.FileDigest) { digests[inodeID{dev: d.Dev, ino: d.Ino}] = d },
 	})
 	if err != nil {
+		return 0, err
+	}
+	entries, err := buildManifest(ctx, stg.diff(), digests)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeManifest(stg.dir, entries, false); err != nil {
 		return 0, err
 	}
 	if err := s.layout.build(s, in.snapshot, in.parent, in.rw, stg.dir, true); err != nil {
@@ -174,6 +195,9 @@ func (s *Store) diffInputs(id string) (string, []string, error) {
 		rec, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+		if p := st.needsApply(id); p != "" {
+			return fmt.Errorf("%s: %s: %w", id, p, ErrNeedsApply)
 		}
 		l, err := s.realLowersOf(st, rec.Parent)
 		if err != nil {

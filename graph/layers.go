@@ -16,23 +16,25 @@ import (
 
 // LayerInfo describes one layer.
 type LayerInfo struct {
-	ID        string    `json:"id"`
-	Parent    string    `json:"parent,omitempty"`
-	RW        bool      `json:"rw"`
-	Depth     int       `json:"depth"`
-	Link      string    `json:"link"`
-	Committed bool      `json:"committed"`
-	Applied   bool      `json:"applied"`
-	Size      int64     `json:"size"`
-	Created   time.Time `json:"created"`
-	Mounts    int       `json:"mounts"`
-	ReadOnly  bool      `json:"read_only,omitempty"`
-	Path      string    `json:"path,omitempty"` // mount point while mounted
+	ID        string `json:"id"`
+	Parent    string `json:"parent,omitempty"`
+	RW        bool   `json:"rw"`
+	Depth     int    `json:"depth"`
+	Link      string `json:"link"`
+	Committed bool   `json:"committed"`
+	Applied   bool   `json:"applied"`
+	Size      int64  `json:"size"`
+	// NeedsApply: Repair reset the layer; ApplyDiff its tar again.
+	NeedsApply bool      `json:"needs_apply,omitempty"`
+	Created    time.Time `json:"created"`
+	Mounts     int       `json:"mounts"`
+	ReadOnly   bool      `json:"read_only,omitempty"`
+	Path       string    `json:"path,omitempty"` // mount point while mounted
 }
 
 func (s *Store) info(id string, r *layerRecord) (LayerInfo, error) {
 	li := LayerInfo{ID: id, Parent: r.Parent, RW: r.RW, Depth: r.Depth, Link: r.Link, Committed: r.Committed,
-		Applied: r.Applied, Size: r.Size, Created: r.Created}
+		Applied: r.Applied, Size: r.Size, NeedsApply: r.NeedsApply, Created: r.Created}
 	m, err := s.mountsOf(id)
 	if err != nil {
 		return li, err
@@ -70,6 +72,9 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 			return err
 		}
 		if parent != "" {
+			if p := st.needsApply(parent); p != "" {
+				return fmt.Errorf("create %s: parent's chain: %s: %w", id, p, ErrNeedsApply)
+			}
 			parentTop = s.topDir(st, parent)
 		}
 		if err := s.checkDepth(st, id, parent, rw); err != nil {
@@ -92,6 +97,10 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		}
 	}()
 	if err := s.layout.build(s, snapshot, parent, rw, stg.dir, false); err != nil {
+		return fmt.Errorf("create %s: %w", id, err)
+	}
+	// An empty manifest: Verify checks such a layer's structure only.
+	if err := writeManifest(stg.dir, nil, false); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
@@ -167,7 +176,7 @@ func (s *Store) recordCreated(st *state, stg *layerStage, id, parent string, rw 
 			return err
 		}
 	}
-	st.Layers[id] = &layerRecord{Parent: parent, RW: rw, Link: link, Depth: depth, Created: time.Now().UTC()}
+	st.Layers[id] = &layerRecord{Parent: parent, RW: rw, Link: link, Depth: depth, Manifest: true, Created: time.Now().UTC()}
 	if parent != "" {
 		st.Layers[parent].Committed = true
 	}
@@ -428,6 +437,9 @@ func (s *Store) Get(id string) (string, error) {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("get %s: %w", id, ErrNotExist)
+		}
+		if p := st.needsApply(id); p != "" {
+			return fmt.Errorf("get %s: %s: %w", id, p, ErrNeedsApply)
 		}
 		if cfg, ro, err = s.mountConfig(st, id); err != nil {
 			return fmt.Errorf("get %s: %w", id, err)

@@ -42,8 +42,18 @@ type layerRecord struct {
 	Size    int64 `json:"size,omitempty"`
 	// Written is set when the layer was mounted read-write after
 	// ApplyDiff: its content may differ from Size from then on.
-	Written bool      `json:"written,omitempty"`
-	Created time.Time `json:"created"`
+	Written bool `json:"written,omitempty"`
+	// Manifest says the layer directory holds a manifest of what the
+	// layer was published with (see manifest.go): set by Create (an
+	// empty one) and ApplyDiff. Layers of stores from before manifests
+	// have none, which Verify reports as such, not as damage.
+	Manifest bool `json:"manifest,omitempty"`
+	// NeedsApply is set by Repair on a layer whose content it reset: the
+	// layer is empty until ApplyDiff fills it again, which it may even
+	// with children, and it and its descendants cannot be mounted,
+	// diffed or built upon until then.
+	NeedsApply bool      `json:"needs_apply,omitempty"`
+	Created    time.Time `json:"created"`
 	// The mount count is not here but in the layer directory (see
 	// mountRecord), so that Get and Put do not rewrite the state.
 }
@@ -108,6 +118,45 @@ func (st *state) chain(id string) ([]string, error) {
 		cur = r.Parent
 	}
 	return out, nil
+}
+
+// descendants returns id's children, their children and so on, sorted.
+func (st *state) descendants(id string) []string {
+	var out []string
+	seen := map[string]bool{id: true}
+	for next := []string{id}; len(next) > 0; {
+		var more []string
+		for _, p := range next {
+			for _, c := range st.children(p) {
+				if !seen[c] {
+					seen[c] = true
+					more = append(more, c)
+				}
+			}
+		}
+		out = append(out, more...)
+		next = more
+	}
+	sort.Strings(out)
+	return out
+}
+
+// needsApply returns the first layer of id's chain (id first) that
+// Repair reset and that waits for its tar, or "".
+func (st *state) needsApply(id string) string {
+	seen := map[string]bool{}
+	for cur := id; cur != "" && !seen[cur]; {
+		seen[cur] = true
+		r, ok := st.Layers[cur]
+		if !ok {
+			return ""
+		}
+		if r.NeedsApply {
+			return cur
+		}
+		cur = r.Parent
+	}
+	return ""
 }
 
 func (st *state) linkInUse(link string) bool {
