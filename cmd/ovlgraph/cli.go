@@ -36,6 +36,8 @@ type command struct {
 	userx    bool
 	volatile bool
 	limits   layer.Limits
+	verify   bool // check: compare layers with their manifests
+	repair   bool // check: repair what verify finds
 }
 
 const usage = `usage: ovlgraph --home DIR [--json] COMMAND [ARGS]
@@ -56,7 +58,15 @@ commands:
   rm ID                              remove a layer without children
   ls                                 list the layers
   status                             layout, backing fs, kernel features, mounts
-  check                              verify the store's invariants
+  check [--verify [--repair]] [ID]   verify the store's invariants; --verify also
+                                     compares every layer (or ID) with the manifest
+                                     it was applied with, --repair rebuilds links
+                                     and records and resets layers whose content
+                                     is lost, for their tar to be applied again
+
+exit status: 0 success, 1 failure (check: a problem or damage remains),
+2 command-line error, 3 check --verify: the store is sound but layers wait
+for their tar to be applied again (needs-apply)
 `
 
 // errUsage marks a command line error, answered with the usage text.
@@ -97,13 +107,23 @@ func parse(args []string) (command, error) {
 		fs.IntVar(&c.limits.MaxDepth, "max-depth", 0, "path components (0: default, -1: no limit)")
 		fs.Int64Var(&c.limits.MaxDecoderWindow, "max-window", 0, "zstd window bytes (0: default, -1: the decoder's maximum)")
 	case "umount", "diff", "changes", "rm":
-	case "ls", "status", "check":
+	case "check":
+		fs.BoolVar(&c.verify, "verify", false, "compare layers with their manifests")
+		fs.BoolVar(&c.repair, "repair", false, "repair what --verify finds")
+		nargs = 0
+	case "ls", "status":
 		nargs = 0
 	default:
 		return c, fmt.Errorf("%w: unknown command %q", errUsage, c.name)
 	}
 	if err := fs.Parse(rest); err != nil {
 		return c, fmt.Errorf("%w: %s: %v", errUsage, c.name, err)
+	}
+	if c.repair && !c.verify {
+		return c, fmt.Errorf("%w: check: --repair needs --verify", errUsage)
+	}
+	if c.verify && fs.NArg() == 1 {
+		nargs = 1 // check --verify ID
 	}
 	if fs.NArg() != nargs {
 		return c, fmt.Errorf("%w: %s takes %d argument(s), got %d", errUsage, c.name, nargs, fs.NArg())
@@ -135,10 +155,23 @@ func run(ctx context.Context, args []string, e *env) int {
 	if err := c.exec(ctx, e); err != nil {
 		// Errors name paths inside layers, which the layer's author chose.
 		fmt.Fprintf(e.stderr, "ovlgraph %s: %s\n", c.name, escapeMessage(err.Error()))
+		var ex exitStatus
+		if errors.As(err, &ex) {
+			return ex.code
+		}
 		return 1
 	}
 	return 0
 }
+
+// exitStatus is an outcome that is not a failure but has its own exit
+// status (3: layers wait for their tar).
+type exitStatus struct {
+	code int
+	msg  string
+}
+
+func (e exitStatus) Error() string { return e.msg }
 
 func (c command) exec(ctx context.Context, e *env) error {
 	opts := graph.Options{Volatile: c.volatile, Limits: c.limits}
@@ -200,6 +233,9 @@ func (c command) exec(ctx context.Context, e *env) error {
 		}
 		return c.emitStatus(out, st)
 	case "check":
+		if c.verify {
+			return c.verifyStore(ctx, s, out)
+		}
 		return c.check(s, out)
 	}
 	return fmt.Errorf("unknown command %q", c.name)

@@ -35,6 +35,10 @@ func TestParse(t *testing.T) {
 		{args: []string{"--home", "/h", "ls", "extra"}, err: true},             // extra argument
 		{args: []string{"--home", "/h", "init", "--layout", "zfs"}, err: true}, // bad layout
 		{args: []string{"--home", "/h", "create", "--bogus", "x"}, err: true},
+		{args: []string{"--home", "/h", "check", "--verify", "--repair"}, want: command{home: "/h", name: "check", verify: true, repair: true}},
+		{args: []string{"--home", "/h", "check", "--verify", "base"}, want: command{home: "/h", name: "check", verify: true, id: "base"}},
+		{args: []string{"--home", "/h", "check", "--repair"}, err: true}, // repair needs verify
+		{args: []string{"--home", "/h", "check", "base"}, err: true},     // an ID needs verify
 	} {
 		got, err := parse(tc.args)
 		if tc.err {

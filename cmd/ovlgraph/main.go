@@ -13,10 +13,15 @@
 //	rm ID                              remove a layer without children
 //	ls                                 list the layers
 //	status                             layout, backing filesystem, kernel features, mounts
-//	check                              verify the store's invariants
+//	check [--verify [--repair]] [ID]   verify the store's invariants, and with
+//	                                   --verify every layer (or ID) against its
+//	                                   manifest; --repair fixes what it finds
 //
 // Output is for people unless --json is given; errors go to stderr and
-// the exit status is non-zero. In text output a name that holds a control
+// the exit status is non-zero: 1 for a failure (check: a problem or a
+// damaged layer remains), 2 for a command-line error, 3 when check
+// --verify finds the store sound but layers reset by a repair waiting for
+// their tar. In text output a name that holds a control
 // character, a bidirectional control, a backslash, a double quote or bytes
 // that are not UTF-8 is printed in double quotes with C escapes, as git
 // prints paths, so that no name can forge a line or reach the terminal as
