@@ -203,19 +203,26 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 		return nil, err
 	}
 	progress("guest tests: %d packages built (%.1fs)", len(h.pkgs), time.Since(t0).Seconds())
-	switch o.accel {
-	case "tcg":
-		h.accel = vm.TCG
-	case "kvm":
-		h.accel = vm.KVM
-	case "auto":
-		var why string
-		h.accel, why = vm.DetectAccel(ctx, h.qemu, probeKernel, filepath.Join(o.cache, "accel"))
-		progress("accelerator: %s (%s)", h.accel, why)
-	default:
-		return nil, fmt.Errorf("-accel %q: want auto, kvm or tcg", o.accel)
+	if h.accel, err = chooseAccel(ctx, o.accel, h.qemu, probeKernel, o.cache); err != nil {
+		return nil, err
 	}
 	return h, nil
+}
+
+// chooseAccel turns -accel into an accelerator; "auto" probes with a boot
+// of probeKernel, and the answer is cached in the cache directory.
+func chooseAccel(ctx context.Context, accel, qemu, probeKernel, cache string) (vm.Accelerator, error) {
+	switch accel {
+	case "tcg":
+		return vm.TCG, nil
+	case "kvm":
+		return vm.KVM, nil
+	case "auto":
+		acc, why := vm.DetectAccel(ctx, qemu, probeKernel, filepath.Join(cache, "accel"))
+		progress("accelerator: %s (%s)", acc, why)
+		return acc, nil
+	}
+	return vm.TCG, fmt.Errorf("-accel %q: want auto, kvm or tcg", accel)
 }
 
 // pruneRuns removes run directories (logs of earlier runs) older than age.

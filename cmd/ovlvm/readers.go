@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ovlkit/ovlkit/vm"
@@ -83,29 +81,13 @@ func cmdReaders(ctx context.Context, args []string) error {
 		sets = append(sets, o.mount+"|"+o.show)
 	}
 	env := []string{"OPTION_SETS='" + strings.Join(sets, "\n") + "'"}
-	res := make([]*vm.XfstestsResult, len(g.kernels))
-	errs := make([]error, len(g.kernels))
-	var wg sync.WaitGroup
-	for i, k := range g.kernels {
-		var console io.Writer
-		if *verbose {
-			console = prefixWriter(os.Stderr, k.name)
+	res, err := g.run(ctx, *verbose, func(k guestKernel) vm.XfstestsConfig {
+		return vm.XfstestsConfig{
+			Image: g.image, FS: *base, Script: vm.ReadersGuestScript, Env: env,
+			MemoryMB: 1024, Timeout: *timeout, WorkDir: filepath.Join(runRoot, k.name),
 		}
-		c := vm.XfstestsConfig{
-			Label: k.name, Kernel: k.path, Image: g.image, FS: *base,
-			Script: vm.ReadersGuestScript, Env: env,
-			QEMU: g.qemu, Accel: g.accel, MemoryMB: 1024, Timeout: *timeout,
-			WorkDir:  filepath.Join(runRoot, k.name),
-			Progress: os.Stderr, Console: console,
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			res[i], errs[i] = vm.RunXfstests(ctx, c)
-		}(i)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	failures := reportReaders(os.Stdout, res)

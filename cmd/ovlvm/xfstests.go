@@ -55,7 +55,6 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ks, qemu, acc := g.kernels, g.qemu, g.accel
 	*image = g.image
 	pruneRuns(*cache, 24*time.Hour)
 	runRoot, err := os.MkdirTemp(*cache, "run-xfstests-")
@@ -67,29 +66,13 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	var failures []string
 	for _, f := range strings.Split(*fsList, ",") {
 		f = strings.TrimSpace(f)
-		// Every kernel at once: each guest has one vCPU.
-		res := make([]*vm.XfstestsResult, len(ks))
-		errs := make([]error, len(ks))
-		var wg sync.WaitGroup
-		for i, k := range ks {
-			var console io.Writer
-			if *verbose {
-				console = prefixWriter(os.Stderr, k.name)
+		res, err := g.run(ctx, *verbose, func(k guestKernel) vm.XfstestsConfig {
+			return vm.XfstestsConfig{
+				Image: *image, FS: f, Check: check, MemoryMB: *mem, Timeout: *timeout,
+				WorkDir: filepath.Join(runRoot, k.name+"-"+f),
 			}
-			c := vm.XfstestsConfig{
-				Label: k.name, Kernel: k.path, Image: *image, FS: f, Check: check,
-				QEMU: qemu, Accel: acc, MemoryMB: *mem, Timeout: *timeout,
-				WorkDir:  filepath.Join(runRoot, k.name+"-"+f),
-				Progress: os.Stderr, Console: console,
-			}
-			wg.Add(1)
-			go func(i int) {
-				defer wg.Done()
-				res[i], errs[i] = vm.RunXfstests(ctx, c)
-			}(i)
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		})
+		if err != nil {
 			return err
 		}
 		all = append(all, res...)
@@ -238,17 +221,31 @@ func setupDebianGuest(ctx context.Context, top, cache, kbase, kernels, image, ac
 		g.image = strings.TrimSpace(lines[len(lines)-1])
 		progress("image: %s (%.0fs)", g.image, time.Since(t0).Seconds())
 	}
-	switch accel {
-	case "tcg":
-		g.accel = vm.TCG
-	case "kvm":
-		g.accel = vm.KVM
-	case "auto":
-		var why string
-		g.accel, why = vm.DetectAccel(ctx, g.qemu, g.kernels[0].path, filepath.Join(cache, "accel"))
-		progress("accelerator: %s (%s)", g.accel, why)
-	default:
-		return nil, fmt.Errorf("-accel %q: want auto, kvm or tcg", accel)
+	if g.accel, err = chooseAccel(ctx, accel, g.qemu, g.kernels[0].path, cache); err != nil {
+		return nil, err
 	}
 	return g, nil
+}
+
+// run boots every kernel at once (each guest has one vCPU) with the
+// configuration config makes for it, and returns the results in the
+// kernels' order.
+func (g *debianGuest) run(ctx context.Context, verbose bool, config func(k guestKernel) vm.XfstestsConfig) ([]*vm.XfstestsResult, error) {
+	res := make([]*vm.XfstestsResult, len(g.kernels))
+	errs := make([]error, len(g.kernels))
+	var wg sync.WaitGroup
+	for i, k := range g.kernels {
+		c := config(k)
+		c.Label, c.Kernel, c.QEMU, c.Accel, c.Progress = k.name, k.path, g.qemu, g.accel, os.Stderr
+		if verbose {
+			c.Console = prefixWriter(os.Stderr, k.name)
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res[i], errs[i] = vm.RunXfstests(ctx, c)
+		}(i)
+	}
+	wg.Wait()
+	return res, errors.Join(errs...)
 }
