@@ -58,8 +58,20 @@ kernel-patched: deps ## build the patched kernel
 kernel-%: deps ## build a tree made by scripts/kernel.sh devtree NAME
 	@scripts/kernel.sh build $*
 
-test: deps lint host-test fuzz-short kernel guest-test selftest series-check ## every check: lint, host tests, fuzz-short, both kernels, guest suite, selftest, series
+test: deps lint host-test fuzz-short kernel guest-test selftest series-check test-other-bases ## every check: lint, host tests, fuzz-short, both kernels, guest suite, selftest, series; other bases' kernels, suite and series
 	@echo "make test: all checks passed"
+
+# make test covers KBASE fully and every other kernel base with its two
+# kernels, the guest suite and the series checks (Documentation/ci.rst);
+# each base's reports go to build/BASE/.
+## TEST_OTHER_BASES=6.12: the bases make test also builds, boots and series-checks
+TEST_OTHER_BASES ?= $(filter-out $(KBASE),6.1 6.12)
+.PHONY: test-other-bases
+test-other-bases: ## the other bases' kernels, guest suite and series checks (part of make test)
+	@set -e; for b in $(TEST_OTHER_BASES); do \
+		echo "make test: kernel base $$b"; \
+		$(MAKE) --no-print-directory KBASE=$$b OUT=$(OUT)/$$b kernel guest-test series-check; \
+	done
 
 # actionlint runs shellcheck over the workflow's run: scripts too.
 ACTIONLINT = go run github.com/rhysd/actionlint/cmd/actionlint@v1.7.12
