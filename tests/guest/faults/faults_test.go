@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -237,17 +238,24 @@ func TestMountAllocationFailureSysfs(t *testing.T) {
 		writeFile(t, filepath.Join(lower, "f"), "lower data")
 	})
 	before := sysfsEntries()
+	kmsg := guesttest.OpenKmsg(t)
 	n := sweep(t, step{
-		prepare: func(int) func() error { return mountCall(t, s.Merged, s.Options()) },
+		prepare: func(int) func() error {
+			kmsg.Lines(t) // only this attempt's messages count
+			return mountCall(t, s.Merged, s.Options())
+		},
 		judge: func(n int, err error, fired bool) {
 			if err != nil {
 				if !fired || !isAny(err, unix.ENOMEM, unix.ENOSPC) {
 					t.Fatalf("mount with allocation %d failed (fired %v): %v, want ENOMEM or ENOSPC", n, fired, err)
 				}
 			} else {
+				// The statistics are not worth failing a mount for: a
+				// mount whose sysfs directory could not be made says
+				// so in the kernel log and goes on without it.
 				dir := "/sys/fs/overlay/" + overlayDev(t, s.Merged)
-				if _, err := os.Stat(dir + "/copy_up"); err != nil {
-					t.Fatalf("mount with allocation %d failed once succeeded without its sysfs directory: %v", n, err)
+				if _, err := os.Stat(dir + "/copy_up"); err != nil && !kmsg.Contains(t, "failed to add sysfs statistics") {
+					t.Fatalf("mount with allocation %d failed once succeeded without its sysfs directory and without a warning: %v", n, err)
 				}
 				unmount(t, s.Merged)
 				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -320,7 +328,11 @@ func TestStrictUpperAllocationFailure(t *testing.T) {
 			writeFile(t, filepath.Join(lower, "g"), "")
 		})
 		kmsg := guesttest.OpenKmsg(t)
-		mountSweep(t, s, []string{"strict_upper"}, []unix.Errno{unix.EINVAL}, mountHooks{
+		// EEXIST: an attempt whose allocation failed while removing
+		// the work dir an earlier attempt left behind leaves it there,
+		// and strict_upper fails the mount with mkdir's error where a
+		// mount without it goes read-only.
+		mountSweep(t, s, []string{"strict_upper"}, []unix.Errno{unix.EINVAL, unix.EEXIST}, mountHooks{
 			// Only this attempt's messages count.
 			before: func(int) { kmsg.Lines(t) },
 			check: func(n int, fired bool) {
@@ -511,8 +523,13 @@ func TestReaddirAllocationFailure(t *testing.T) {
 					case !fired || !errors.Is(err, unix.ENOMEM):
 						t.Fatalf("getdents of %s with allocation %d failed (fired %v): %v, want ENOMEM", dir, n, fired, err)
 					default:
-						// The same directory file reads in full afterwards.
+						// The same directory file reads in full afterwards,
+						// but for "." and "..", which the failed call may
+						// have passed over (stock and patched alike).
 						names = getdentsNames(t, fd)
+						if !slices.Contains(names, ".") {
+							names = append(names, ".", "..")
+						}
 					}
 					sort.Strings(names)
 					if g := strings.Join(names, ", "); g != want {
