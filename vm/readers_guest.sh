@@ -15,6 +15,8 @@
 set -u
 # shellcheck source=/dev/null # written by the host for each run
 . /ovlkit/env
+# shellcheck source=guest_lib.sh
+. /ovlkit/lib.sh
 
 say() { echo "ovlkit-readers: $*"; }
 out=/ovlkit/results
@@ -29,17 +31,6 @@ record() {
 		cp "$file" "$out/cases/${name//\//_}.out"
 	fi
 	say "$status $name${msg:+: $msg}"
-}
-
-disk() {
-	local s
-	for s in /sys/block/vd*/serial; do
-		if [ "$(cat "$s" 2>/dev/null)" = "$1" ]; then
-			echo "/dev/$(basename "$(dirname "$s")")"
-			return 0
-		fi
-	done
-	return 1
 }
 
 dev=$(disk ovlkit-xfstest) || { say "no test disk"; exit 1; }

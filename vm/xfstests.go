@@ -28,6 +28,11 @@ import (
 //go:embed xfstests_guest.sh
 var xfstestsGuestScript []byte
 
+// guestLib is what the guest scripts share (/ovlkit/lib.sh).
+//
+//go:embed guest_lib.sh
+var guestLib []byte
+
 // ReadersGuestScript is the run.sh of "ovlvm readers": findmnt, dmesg
 // and trace-cmd reading what the kernel shows of overlays mounted with
 // each option set in OPTION_SETS (readers_guest.sh).
@@ -338,6 +343,9 @@ func controlDisk(ctx context.Context, dir, fs string, check []string, script []b
 		env += e + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(src, "env"), []byte(env), 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "lib.sh"), guestLib, 0o644); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(src, "run.sh"), script, 0o755); err != nil {

@@ -5,20 +5,12 @@
 # the test and scratch disks) and CHECK_ARGS (groups or tests for
 # ./check). Results go back on the control disk under /ovlkit/results.
 set -u
+# shellcheck source=/dev/null # written by the host for each run
 . /ovlkit/env
+# shellcheck source=guest_lib.sh
+. /ovlkit/lib.sh
 
 say() { echo "ovlkit-xfstests: $*"; }
-
-disk() {
-	local s
-	for s in /sys/block/vd*/serial; do
-		if [ "$(cat "$s" 2>/dev/null)" = "$1" ]; then
-			echo "/dev/$(basename "$(dirname "$s")")"
-			return 0
-		fi
-	done
-	return 1
-}
 
 test_dev=$(disk ovlkit-xfstest) || { say "no test disk"; exit 1; }
 scratch_dev=$(disk ovlkit-xfscratch) || { say "no scratch disk"; exit 1; }
