@@ -254,9 +254,9 @@ type ovlgraphDriver struct{ s *graph.Store }
 
 func (d ovlgraphDriver) create(id, parent string, rw bool) error {
 	if rw {
-		return d.s.CreateReadWrite(id, parent)
+		return d.s.CreateReadWrite(context.Background(), id, parent)
 	}
-	return d.s.Create(id, parent)
+	return d.s.Create(context.Background(), id, parent)
 }
 
 func (d ovlgraphDriver) apply(id string, r io.Reader) error {
@@ -264,9 +264,9 @@ func (d ovlgraphDriver) apply(id string, r io.Reader) error {
 	return err
 }
 
-func (d ovlgraphDriver) get(id string) error    { _, err := d.s.Get(id); return err }
-func (d ovlgraphDriver) put(id string) error    { return d.s.Put(id) }
-func (d ovlgraphDriver) remove(id string) error { return d.s.Remove(id) }
+func (d ovlgraphDriver) get(id string) error    { _, err := d.s.Get(context.Background(), id); return err }
+func (d ovlgraphDriver) put(id string) error    { return d.s.Put(context.Background(), id) }
+func (d ovlgraphDriver) remove(id string) error { return d.s.Remove(context.Background(), id) }
 func (d ovlgraphDriver) close() error           { return d.s.Close() }
 
 type overlay2Driver struct {

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,7 +30,7 @@ func (p Problem) String() string {
 func (s *Store) Check() ([]Problem, error) {
 	var probs []Problem
 	add := func(id, f string, a ...any) { probs = append(probs, Problem{id, fmt.Sprintf(f, a...)}) }
-	err := s.view(func(st *state) error {
+	err := s.view(context.Background(), func(st *state) error {
 		links := map[string]string{}
 		for id, r := range st.Layers {
 			if other, dup := links[r.Link]; dup {

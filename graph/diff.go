@@ -24,7 +24,7 @@ type Differ interface {
 // with one rename; a failed or interrupted apply leaves the layer as it
 // was.
 func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64, err error) {
-	l, err := s.lockLayer(id)
+	l, err := s.lockLayer(ctx, id)
 	if err != nil {
 		return 0, fmt.Errorf("apply: %w", err)
 	}
@@ -36,7 +36,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	if live {
 		return 0, fmt.Errorf("apply %s: %w", id, ErrMounted)
 	}
-	tgt, err := s.applyTarget(id)
+	tgt, err := s.applyTarget(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -52,7 +52,7 @@ func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64,
 	if n, err = s.buildApplied(ctx, stg, r, tgt); err != nil {
 		return 0, fmt.Errorf("apply %s: %w", id, err)
 	}
-	err = s.update(func(st *state) (bool, error) {
+	err = s.update(ctx, func(st *state) (bool, error) {
 		rec, err := s.checkApply(st, id)
 		if err != nil {
 			return false, err
@@ -81,9 +81,9 @@ type applyInput struct {
 
 // applyTarget checks that id may be filled and reads what filling it
 // needs.
-func (s *Store) applyTarget(id string) (applyInput, error) {
+func (s *Store) applyTarget(ctx context.Context, id string) (applyInput, error) {
 	var in applyInput
-	err := s.view(func(st *state) error {
+	err := s.view(ctx, func(st *state) error {
 		rec, err := s.checkApply(st, id)
 		if err != nil {
 			return err
@@ -149,7 +149,7 @@ func (s *Store) buildApplied(ctx context.Context, stg *layerStage, r io.Reader, 
 	if err != nil {
 		return 0, err
 	}
-	if err := writeManifest(stg.dir, entries, false); err != nil {
+	if err := writeManifest(stg.dir, entries, false, s.log); err != nil {
 		return 0, err
 	}
 	if err := s.layout.build(s, in.snapshot, in.parent, in.rw, stg.dir, true); err != nil {
@@ -186,12 +186,12 @@ func dirEmpty(dir string) (bool, error) {
 }
 
 // diffInputs returns the layer's diff directory and its lowers.
-func (s *Store) diffInputs(id string) (string, []string, error) {
+func (s *Store) diffInputs(ctx context.Context, id string) (string, []string, error) {
 	var (
 		lowers []string
 		diff   string
 	)
-	err := s.view(func(st *state) error {
+	err := s.view(ctx, func(st *state) error {
 		rec, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("%s: %w", id, ErrNotExist)
@@ -213,7 +213,7 @@ func (s *Store) diffInputs(id string) (string, []string, error) {
 // It reads only the layer's own directory (and looks up below it where a
 // whiteout, an opaque directory, a redirect or a metacopy file needs it).
 func (s *Store) Diff(ctx context.Context, id string, w io.Writer) error {
-	diff, lowers, err := s.diffInputs(id)
+	diff, lowers, err := s.diffInputs(ctx, id)
 	if err != nil {
 		return fmt.Errorf("diff: %w", err)
 	}
@@ -225,7 +225,7 @@ func (s *Store) Diff(ctx context.Context, id string, w io.Writer) error {
 
 // Changes lists the paths the layer adds, modifies and deletes.
 func (s *Store) Changes(ctx context.Context, id string) ([]layer.Change, error) {
-	diff, lowers, err := s.diffInputs(id)
+	diff, lowers, err := s.diffInputs(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("changes: %w", err)
 	}
@@ -238,7 +238,7 @@ func (s *Store) Changes(ctx context.Context, id string) ([]layer.Change, error) 
 
 // DiffSize is the content size of the layer's own changes.
 func (s *Store) DiffSize(id string) (int64, error) {
-	diff, _, err := s.diffInputs(id)
+	diff, _, err := s.diffInputs(context.Background(), id)
 	if err != nil {
 		return 0, fmt.Errorf("diff size: %w", err)
 	}

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -187,11 +188,12 @@ func (s *Store) prepareVolatile(l *layerLock) error {
 // layer directory, which conflicts with every other holder in this or
 // another process. ApplyDiff replaces the directory by an exchange, so the
 // lock is retried until it is held on the directory currently in place.
-func (s *Store) lockLayer(id string) (*layerLock, error) {
-	return s.lockLayerHow(id, unix.LOCK_EX)
+// Waiting for it ends when ctx is done.
+func (s *Store) lockLayer(ctx context.Context, id string) (*layerLock, error) {
+	return s.lockLayerHow(ctx, id, unix.LOCK_EX)
 }
 
-func (s *Store) lockLayerHow(id string, how int) (*layerLock, error) {
+func (s *Store) lockLayerHow(ctx context.Context, id string, how int) (*layerLock, error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -204,7 +206,7 @@ func (s *Store) lockLayerHow(id string, how int) (*layerLock, error) {
 			}
 			return nil, fmt.Errorf("lock layer %s: %w", id, err)
 		}
-		if err := flock(fd, how); err != nil {
+		if err := flockCtx(ctx, fd, how); err != nil {
 			unix.Close(fd)
 			return nil, fmt.Errorf("lock layer %s: %w", id, err)
 		}

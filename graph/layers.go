@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -47,17 +48,28 @@ func (s *Store) info(id string, r *layerRecord) (LayerInfo, error) {
 }
 
 // Create makes an empty image layer on parent ("" for none).
-func (s *Store) Create(id, parent string) error { return s.create(id, parent, false) }
+//
+// ctx bounds the waits for the parent's lock and the store lock (Create
+// takes the store lock before it starts and again to publish); a done ctx
+// fails Create there and leaves the store as it was. The build of the
+// layer itself, a copy of the parent's tree in the hardlink layout, runs
+// to its end.
+func (s *Store) Create(ctx context.Context, id, parent string) error {
+	return s.create(ctx, id, parent, false)
+}
 
-// CreateReadWrite makes an empty container layer on parent ("" for none).
-func (s *Store) CreateReadWrite(id, parent string) error { return s.create(id, parent, true) }
+// CreateReadWrite makes an empty container layer on parent ("" for
+// none); ctx is used as by Create.
+func (s *Store) CreateReadWrite(ctx context.Context, id, parent string) error {
+	return s.create(ctx, id, parent, true)
+}
 
-func (s *Store) create(id, parent string, rw bool) (err error) {
+func (s *Store) create(ctx context.Context, id, parent string, rw bool) (err error) {
 	if err := validID(id); err != nil {
 		return err
 	}
 	if parent != "" {
-		pl, err := s.lockParent(id, parent)
+		pl, err := s.lockParent(ctx, id, parent)
 		if err != nil {
 			return err
 		}
@@ -67,7 +79,7 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		parentTop string // the directory whose root metadata the child inherits
 		snapshot  *state // the chain as it was when staging began
 	)
-	err = s.view(func(st *state) error {
+	err = s.view(ctx, func(st *state) error {
 		if _, err := s.checkCreate(st, id, parent); err != nil {
 			return err
 		}
@@ -100,7 +112,7 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	// An empty manifest: Verify checks such a layer's structure only.
-	if err := writeManifest(stg.dir, nil, false); err != nil {
+	if err := writeManifest(stg.dir, nil, false, s.log); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
@@ -108,7 +120,7 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 			return fmt.Errorf("create %s: %w", id, err)
 		}
 	}
-	return s.update(func(st *state) (bool, error) {
+	return s.update(ctx, func(st *state) (bool, error) {
 		return true, s.recordCreated(st, stg, id, parent, rw)
 	})
 }
@@ -116,8 +128,8 @@ func (s *Store) create(id, parent string, rw bool) (err error) {
 // lockParent takes the lock of the parent of a layer being created, which
 // keeps the parent from being removed, filled or mounted read-write while
 // the child is built from it.
-func (s *Store) lockParent(id, parent string) (*layerLock, error) {
-	pl, err := s.lockLayer(parent)
+func (s *Store) lockParent(ctx context.Context, id, parent string) (*layerLock, error) {
+	pl, err := s.lockLayer(ctx, parent)
 	if err != nil {
 		return nil, fmt.Errorf("create %s: parent %w", id, err)
 	}
@@ -168,7 +180,7 @@ func (s *Store) recordCreated(st *state, stg *layerStage, id, parent string, rw 
 	// will do; a stray of the same name fails it and the Create, to be
 	// cleaned by the next Open.
 	if err := os.Symlink("../layers/"+id+"/diff", s.linkPath(link)); err != nil {
-		os.Rename(s.layerDir(id), stg.dir)
+		logCleanup(s.log, "unpublish layer", os.Rename(s.layerDir(id), stg.dir))
 		return fmt.Errorf("create %s: %w", id, err)
 	}
 	if s.sync == SyncFsync {
@@ -305,7 +317,7 @@ func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
 // Exists reports whether id is a layer of the store.
 func (s *Store) Exists(id string) bool {
 	found := false
-	s.view(func(st *state) error {
+	s.view(context.Background(), func(st *state) error {
 		_, found = st.Layers[id]
 		return nil
 	})
@@ -315,7 +327,7 @@ func (s *Store) Exists(id string) bool {
 // Layer describes id.
 func (s *Store) Layer(id string) (LayerInfo, error) {
 	var li LayerInfo
-	err := s.view(func(st *state) error {
+	err := s.view(context.Background(), func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("%s: %w", id, ErrNotExist)
@@ -331,7 +343,7 @@ func (s *Store) Layer(id string) (LayerInfo, error) {
 // before their children.
 func (s *Store) Layers() ([]LayerInfo, error) {
 	var out []LayerInfo
-	err := s.view(func(st *state) error {
+	err := s.view(context.Background(), func(st *state) error {
 		for id, r := range st.Layers {
 			li, err := s.info(id, r)
 			if err != nil {
@@ -351,8 +363,12 @@ func (s *Store) Layers() ([]LayerInfo, error) {
 }
 
 // Remove deletes a layer that has no children and is not mounted.
-func (s *Store) Remove(id string) error {
-	l, err := s.lockLayer(id)
+//
+// ctx bounds the waits for the layer's lock and the store lock; a done
+// ctx fails Remove there, with the layer still in place. Once the state
+// has forgotten the layer, its files are removed whatever ctx says.
+func (s *Store) Remove(ctx context.Context, id string) error {
+	l, err := s.lockLayer(ctx, id)
 	if err != nil {
 		return fmt.Errorf("remove: %w", err)
 	}
@@ -364,7 +380,7 @@ func (s *Store) Remove(id string) error {
 	if live {
 		return fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, m.Refs)
 	}
-	err = s.update(func(st *state) (bool, error) {
+	err = s.update(ctx, func(st *state) (bool, error) {
 		r, ok := st.Layers[id]
 		if !ok {
 			return false, fmt.Errorf("remove %s: %w", id, ErrNotExist)
@@ -399,7 +415,7 @@ func (s *Store) Remove(id string) error {
 		}
 		// The layer is gone from the state already; a leftover is
 		// reclaimed by the next Open, but the caller should know.
-		if err := removeAll(trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeAll(trash, s.log); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove %s: layer removed, files left in staging: %w", id, err)
 		}
 		return nil
@@ -408,8 +424,14 @@ func (s *Store) Remove(id string) error {
 
 // Get mounts id (on first use) and returns the path of its root. Every Get
 // needs a Put.
-func (s *Store) Get(id string) (string, error) {
-	l, err := s.lockLayer(id)
+//
+// ctx bounds the waits for the layer's lock and, when the state changed
+// since this process last read it, the store lock; it is checked once
+// more right before the mount. A done ctx fails Get there with nothing
+// mounted. Once mounted, Get finishes: undoing the mount would cost more
+// than recording it.
+func (s *Store) Get(ctx context.Context, id string) (string, error) {
+	l, err := s.lockLayer(ctx, id)
 	if err != nil {
 		return "", fmt.Errorf("get: %w", err)
 	}
@@ -433,7 +455,7 @@ func (s *Store) Get(id string) (string, error) {
 		cfg         ovl.Config
 		ro, written bool
 	)
-	err = s.peek(func(st *state) error {
+	err = s.peek(ctx, func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("get %s: %w", id, ErrNotExist)
@@ -460,6 +482,9 @@ func (s *Store) Get(id string) (string, error) {
 	if err := os.Mkdir(merged, ownerOnly); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("get %s: %w", id, err)
+	}
 	if err := s.mounter.Mount(merged, cfg, ro); err != nil {
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
@@ -467,7 +492,7 @@ func (s *Store) Get(id string) (string, error) {
 		// Recorded before Get hands out the path, so before anything
 		// is written through the mount: Check must not hold the
 		// content against the applied size from then on.
-		err = s.update(func(st *state) (bool, error) {
+		err = s.update(context.WithoutCancel(ctx), func(st *state) (bool, error) {
 			st.Layers[id].Written = true
 			return true, nil
 		})
@@ -476,15 +501,18 @@ func (s *Store) Get(id string) (string, error) {
 		err = l.setMounts(mountRecord{Refs: 1, ReadOnly: ro})
 	}
 	if err != nil {
-		s.unmount(merged)
+		logCleanup(s.log, "unmount after failed get", s.unmount(merged))
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
 	return merged, nil
 }
 
 // Put drops one reference taken by Get and unmounts at zero.
-func (s *Store) Put(id string) error {
-	l, err := s.lockLayer(id)
+//
+// ctx bounds the wait for the layer's lock; a done ctx fails Put there
+// with the reference still held. Once the lock is held, Put finishes.
+func (s *Store) Put(ctx context.Context, id string) error {
+	l, err := s.lockLayer(ctx, id)
 	if err != nil {
 		return fmt.Errorf("put: %w", err)
 	}
@@ -531,7 +559,7 @@ func (s *Store) unmount(merged string) error {
 // for shutdown.
 func (s *Store) Cleanup() error {
 	var ids []string
-	if err := s.view(func(st *state) error {
+	if err := s.view(context.Background(), func(st *state) error {
 		for id := range st.Layers {
 			ids = append(ids, id)
 		}
@@ -550,7 +578,7 @@ func (s *Store) Cleanup() error {
 
 // forceUnmount unmounts id whatever its count and clears the count.
 func (s *Store) forceUnmount(id string) error {
-	l, err := s.lockLayer(id)
+	l, err := s.lockLayer(context.Background(), id)
 	if err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func TestApplyDiffLimits(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			id := "l-" + c.name
-			if err := s.Create(id, ""); err != nil {
+			if err := s.Create(context.Background(), id, ""); err != nil {
 				t.Fatal(err)
 			}
 			_, err := s.ApplyDiff(ctx, id, strings.NewReader(string(c.tar())))

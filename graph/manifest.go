@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -440,7 +441,7 @@ func readManifest(ldir string) ([]mentry, error) {
 // ldir: in a new file renamed into place, fsynced when sync says so, so
 // that a crash leaves the old manifest or the new one. A layer being
 // staged is made durable with its stage instead.
-func writeManifest(ldir string, entries []mentry, sync bool) error {
+func writeManifest(ldir string, entries []mentry, sync bool, log *slog.Logger) error {
 	tmp, err := os.CreateTemp(ldir, ".manifest-*")
 	if err != nil {
 		return fmt.Errorf("write manifest: %w", err)
@@ -449,7 +450,7 @@ func writeManifest(ldir string, entries []mentry, sync bool) error {
 	defer func() {
 		if !ok {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			logCleanup(log, "remove unfinished manifest", os.Remove(tmp.Name()))
 		}
 	}()
 	if _, err := tmp.Write(encodeManifest(entries)); err != nil {

@@ -1,9 +1,11 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -13,14 +15,15 @@ import (
 
 // removeAll removes a tree that may hold leftover mounts (a crashed Get
 // leaves merged/ mounted): those are detached first.
-func removeAll(dir string) error {
+// A failed detach is logged; the removal's own error says what stayed.
+func removeAll(dir string, log *slog.Logger) error {
 	err := os.RemoveAll(dir)
 	if err == nil {
 		return nil
 	}
 	if mps, merr := ovl.MountsBeneath(dir); merr == nil && len(mps) > 0 {
 		for _, mp := range mps {
-			unix.Unmount(mp, unix.MNT_DETACH)
+			logCleanup(log, "detach leftover mount", unix.Unmount(mp, unix.MNT_DETACH))
 		}
 		err = os.RemoveAll(dir)
 	}
@@ -55,11 +58,11 @@ func (s *Store) recoverStaging(*state) error {
 		p := filepath.Join(s.home, "staging", e.Name())
 		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			removeAll(p)
+			logCleanup(s.log, "remove leftover stage", removeAll(p, s.log))
 			continue
 		}
 		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil {
-			removeAll(p)
+			logCleanup(s.log, "remove leftover stage", removeAll(p, s.log))
 		}
 		unix.Close(fd)
 	}
@@ -77,7 +80,7 @@ func (s *Store) recoverLayerDirs(st *state) error {
 	for _, e := range ents {
 		p := filepath.Join(s.home, "layers", e.Name())
 		if _, ok := st.Layers[e.Name()]; !ok {
-			if err := removeAll(p); err != nil {
+			if err := removeAll(p, s.log); err != nil {
 				return err
 			}
 			continue
@@ -96,7 +99,8 @@ func (s *Store) recoverLayerDirs(st *state) error {
 func (s *Store) recoverLinks(st *state) error {
 	ldir := filepath.Join(s.home, "l")
 	if fi, err := os.Lstat(ldir); err != nil || !fi.IsDir() {
-		os.RemoveAll(ldir)
+		// A failure shows in the Mkdir below.
+		logCleanup(s.log, "replace l/", os.RemoveAll(ldir))
 		if err := os.Mkdir(ldir, ownerOnly); err != nil {
 			return fmt.Errorf("l/: %w", err)
 		}
@@ -114,7 +118,7 @@ func (s *Store) recoverLinks(st *state) error {
 	}
 	for _, e := range ents {
 		if _, ok := want[e.Name()]; !ok {
-			os.RemoveAll(filepath.Join(ldir, e.Name()))
+			logCleanup(s.log, "remove stray link", os.RemoveAll(filepath.Join(ldir, e.Name())))
 		}
 	}
 	for link, target := range want {
@@ -131,12 +135,12 @@ func (s *Store) recoverLinks(st *state) error {
 func (s *Store) recoverLeftovers(*state) error {
 	if ents, err := os.ReadDir(s.emptyDir()); err == nil && len(ents) > 0 {
 		for _, e := range ents {
-			os.RemoveAll(filepath.Join(s.emptyDir(), e.Name()))
+			logCleanup(s.log, "empty empty/", os.RemoveAll(filepath.Join(s.emptyDir(), e.Name())))
 		}
 	}
 	if tmps, err := filepath.Glob(filepath.Join(s.home, ".state-*")); err == nil {
 		for _, p := range tmps {
-			os.Remove(p)
+			logCleanup(s.log, "remove unfinished state file", os.Remove(p))
 		}
 	}
 	return nil
@@ -147,12 +151,12 @@ func (s *Store) recoverLeftovers(*state) error {
 // count itself.
 func (s *Store) recoverMountCounts(st *state) error {
 	for id := range st.Layers {
-		l, err := s.lockLayerHow(id, unix.LOCK_EX|unix.LOCK_NB)
+		l, err := s.lockLayerHow(context.Background(), id, unix.LOCK_EX|unix.LOCK_NB)
 		if err != nil {
 			continue
 		}
 		if m, live, err := l.liveMounts(); err != nil || (m.Refs > 0 && !live) {
-			l.setMounts(mountRecord{})
+			logCleanup(s.log, "clear stale mount count", l.setMounts(mountRecord{}))
 		}
 		l.unlock()
 	}

@@ -31,7 +31,7 @@ func (s *Store) Repair(ctx context.Context, id string) (Report, error) {
 	if err := validID(id); err != nil {
 		return Report{}, err
 	}
-	if err := s.ensureLayerDir(id); err != nil {
+	if err := s.ensureLayerDir(ctx, id); err != nil {
 		return Report{}, err
 	}
 	rep, err := s.repairLocked(ctx, id)
@@ -43,8 +43,8 @@ func (s *Store) Repair(ctx context.Context, id string) (Report, error) {
 
 // ensureLayerDir gives a recorded layer whose directory is gone an empty
 // one, so that it has a lock and its reset something to exchange with.
-func (s *Store) ensureLayerDir(id string) error {
-	return s.view(func(st *state) error {
+func (s *Store) ensureLayerDir(ctx context.Context, id string) error {
+	return s.view(ctx, func(st *state) error {
 		if _, ok := st.Layers[id]; !ok {
 			return fmt.Errorf("repair %s: %w", id, ErrNotExist)
 		}
@@ -56,7 +56,7 @@ func (s *Store) ensureLayerDir(id string) error {
 }
 
 func (s *Store) repairLocked(ctx context.Context, id string) (Report, error) {
-	locks, err := s.lockSubtree(id)
+	locks, err := s.lockSubtree(ctx, id)
 	if err != nil {
 		return Report{}, fmt.Errorf("repair %s: %w", id, err)
 	}
@@ -78,11 +78,11 @@ func (s *Store) repairLocked(ctx context.Context, id string) (Report, error) {
 	if err != nil || len(rep.Damage) == 0 {
 		return rep, err
 	}
-	if err := s.rebuildDerived(id, rep); err != nil {
+	if err := s.rebuildDerived(ctx, id, rep); err != nil {
 		return rep, fmt.Errorf("repair %s: %w", id, err)
 	}
 	if !rep.Derivable() {
-		if err := s.resetLayer(id); err != nil {
+		if err := s.resetLayer(ctx, id); err != nil {
 			return rep, fmt.Errorf("repair %s: %w", id, err)
 		}
 	}
@@ -93,10 +93,10 @@ func (s *Store) repairLocked(ctx context.Context, id string) (Report, error) {
 // their IDs, which every Repair follows, and retries when the subtree
 // changed before it held them. A descendant without a directory has no
 // lock to take; nothing can mount it either.
-func (s *Store) lockSubtree(id string) ([]*layerLock, error) {
+func (s *Store) lockSubtree(ctx context.Context, id string) ([]*layerLock, error) {
 	subtree := func() ([]string, error) {
 		var ids []string
-		err := s.view(func(st *state) error {
+		err := s.view(ctx, func(st *state) error {
 			if _, ok := st.Layers[id]; !ok {
 				return fmt.Errorf("%s: %w", id, ErrNotExist)
 			}
@@ -118,7 +118,7 @@ func (s *Store) lockSubtree(id string) ([]*layerLock, error) {
 			}
 		}
 		for _, lid := range ids {
-			l, err := s.lockLayer(lid)
+			l, err := s.lockLayer(ctx, lid)
 			if errors.Is(err, ErrNotExist) && lid != id {
 				continue
 			}
@@ -143,7 +143,7 @@ func (s *Store) lockSubtree(id string) ([]*layerLock, error) {
 
 // rebuildDerived makes again what the damages in rep that are derivable
 // name.
-func (s *Store) rebuildDerived(id string, rep Report) error {
+func (s *Store) rebuildDerived(ctx context.Context, id string, rep Report) error {
 	var link, work, record, manifest bool
 	for _, d := range rep.Damage {
 		if !d.Derivable {
@@ -175,7 +175,7 @@ func (s *Store) rebuildDerived(id string, rep Report) error {
 			}
 		}
 	}
-	return s.update(func(st *state) (bool, error) {
+	return s.update(ctx, func(st *state) (bool, error) {
 		r := st.Layers[id]
 		if r == nil {
 			return false, ErrNotExist
@@ -207,7 +207,7 @@ func (s *Store) rebuildDerived(id string, rep Report) error {
 				// Its content is the container's now; what the tar
 				// gave is gone with the manifest.
 				r.Manifest, changed = false, true
-			} else if err := writeManifest(s.layerDir(id), nil, fsync); err != nil {
+			} else if err := writeManifest(s.layerDir(id), nil, fsync, s.log); err != nil {
 				return false, err
 			}
 		}
@@ -217,13 +217,13 @@ func (s *Store) rebuildDerived(id string, rep Report) error {
 
 // resetLayer replaces layer id's directory by an empty one, built as
 // Create builds it, and marks the record as waiting for its tar.
-func (s *Store) resetLayer(id string) (err error) {
+func (s *Store) resetLayer(ctx context.Context, id string) (err error) {
 	var (
 		rec       layerRecord
 		parentTop string
 		snapshot  *state
 	)
-	err = s.view(func(st *state) error {
+	err = s.view(ctx, func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("%s: %w", id, ErrNotExist)
@@ -260,7 +260,7 @@ func (s *Store) resetLayer(id string) (err error) {
 	if err := s.layout.build(s, snapshot, rec.Parent, rec.RW, stg.dir, false); err != nil {
 		return err
 	}
-	if err := writeManifest(stg.dir, nil, false); err != nil {
+	if err := writeManifest(stg.dir, nil, false, s.log); err != nil {
 		return err
 	}
 	if s.sync == SyncFsync {
@@ -268,7 +268,7 @@ func (s *Store) resetLayer(id string) (err error) {
 			return err
 		}
 	}
-	return s.update(func(st *state) (bool, error) {
+	return s.update(ctx, func(st *state) (bool, error) {
 		r, ok := st.Layers[id]
 		if !ok {
 			return false, fmt.Errorf("%s: %w", id, ErrNotExist)

@@ -3,6 +3,7 @@ package graph
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -14,6 +15,7 @@ import (
 type stage struct {
 	dir string
 	fd  int
+	log *slog.Logger
 }
 
 func (s *Store) newStage(prefix string) (*stage, error) {
@@ -31,12 +33,12 @@ func (s *Store) newStage(prefix string) (*stage, error) {
 			continue
 		}
 		if err != nil {
-			os.RemoveAll(dir)
+			logCleanup(s.log, "remove staging directory", os.RemoveAll(dir))
 			return nil, fmt.Errorf("staging directory: %w", err)
 		}
 		if err := flock(fd, unix.LOCK_EX); err != nil {
 			unix.Close(fd)
-			os.RemoveAll(dir)
+			logCleanup(s.log, "remove staging directory", os.RemoveAll(dir))
 			return nil, fmt.Errorf("lock staging directory: %w", err)
 		}
 		var st unix.Stat_t
@@ -48,13 +50,13 @@ func (s *Store) newStage(prefix string) (*stage, error) {
 			unix.Close(fd)
 			continue
 		}
-		return &stage{dir: dir, fd: fd}, nil
+		return &stage{dir: dir, fd: fd, log: s.log}, nil
 	}
 }
 
 // discard removes the stage and whatever it still holds.
 func (st *stage) discard() error {
-	err := removeAll(st.dir)
+	err := removeAll(st.dir, st.log)
 	unix.Close(st.fd)
 	return err
 }
@@ -76,7 +78,7 @@ func (s *Store) newLayerStage(prefix, like string) (*layerStage, error) {
 	}
 	ls := &layerStage{stage: stg, dir: filepath.Join(stg.dir, "layer")}
 	if err := ls.populate(like); err != nil {
-		stg.discard()
+		logCleanup(s.log, "discard stage", stg.discard())
 		return nil, err
 	}
 	return ls, nil

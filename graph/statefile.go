@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -34,6 +35,7 @@ import (
 type stateFile struct {
 	path string
 	sync bool
+	log  *slog.Logger // for the leftovers of a failed rewrite
 	// file is the open state file, kept between calls (read and
 	// appended to); a compaction by any process replaces the file at
 	// path, which a different inode number there reveals. While file
@@ -283,7 +285,7 @@ func (f *stateFile) rewrite(st *state, rec []byte, t [trailerSize]byte) error {
 	defer func() {
 		if !ok {
 			tmp.Close()
-			os.Remove(tmp.Name())
+			logCleanup(f.log, "remove unfinished state file", os.Remove(tmp.Name()))
 		}
 	}()
 	if _, err := tmp.Write(rec); err != nil {

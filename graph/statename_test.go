@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -16,10 +17,10 @@ func TestOpenMigratesStateName(t *testing.T) {
 		t.Run(format, func(t *testing.T) {
 			home := t.TempDir()
 			s := openTest(t, home, LayoutOverlay)
-			if err := s.Create("base", ""); err != nil {
+			if err := s.Create(context.Background(), "base", ""); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.CreateReadWrite("ctr", "base"); err != nil {
+			if err := s.CreateReadWrite(context.Background(), "ctr", "base"); err != nil {
 				t.Fatal(err)
 			}
 			s.Close()
@@ -54,7 +55,7 @@ func TestOpenMigratesStateName(t *testing.T) {
 			if probs, err := s2.Check(); err != nil || len(probs) > 0 {
 				t.Errorf("check after migration: %v %v", probs, err)
 			}
-			if err := s2.Create("more", "ctr"); err != nil {
+			if err := s2.Create(context.Background(), "more", "ctr"); err != nil {
 				t.Errorf("create after migration: %v", err)
 			}
 		})
@@ -66,7 +67,7 @@ func TestOpenMigratesStateName(t *testing.T) {
 func TestOpenKeepsCurrentStateOverLegacy(t *testing.T) {
 	home := t.TempDir()
 	s := openTest(t, home, LayoutOverlay)
-	if err := s.Create("base", ""); err != nil {
+	if err := s.Create(context.Background(), "base", ""); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

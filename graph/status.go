@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -50,7 +51,7 @@ func (s *Store) Status() (Status, error) {
 	}
 	out.MountOpts = append(append(out.MountOpts, s.feat.BaseOptions()...), s.extraOpt...)
 	var mounted []Mount
-	err = s.view(func(st *state) error {
+	err = s.view(context.Background(), func(st *state) error {
 		out.Layers = len(st.Layers)
 		for id := range st.Layers {
 			m, err := s.mountsOf(id)

@@ -26,9 +26,11 @@
 package graph
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -116,6 +118,28 @@ type Options struct {
 	// sentinel (layer.ErrTooLarge, ErrTooManyEntries, ErrTooDeep,
 	// ErrDecoderWindow) and leaves the layer as it was.
 	Limits layer.Limits
+	// Logger receives a warning for each best-effort cleanup that fails:
+	// an undo after an error, a leftover recovery removes, a lock release.
+	// Their failures never change the result of a call (what they leave
+	// behind is reclaimed by the next Open), so they are reported here
+	// rather than returned. Nil discards them.
+	Logger *slog.Logger
+}
+
+// logger is opts.Logger, or one that discards.
+func (o *Options) logger() *slog.Logger {
+	if o.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return o.Logger
+}
+
+// logCleanup reports a best-effort cleanup that failed; err nil is
+// success and says nothing.
+func logCleanup(log *slog.Logger, what string, err error) {
+	if err != nil {
+		log.Warn("graph: cleanup failed", "step", what, "err", err)
+	}
 }
 
 // Store is an open layer store. Its methods are safe for concurrent use by
@@ -131,6 +155,7 @@ type Store struct {
 	volatile bool
 	boot     string // this boot's ID, for volatile mounts
 	limits   layer.Limits
+	log      *slog.Logger
 
 	mu    sync.Mutex // guards lock holders within this process
 	lockF *os.File
@@ -138,10 +163,21 @@ type Store struct {
 }
 
 // LayerMounter is the part of the store a runtime needs to use layers.
+// It is the driver-style interface without contexts; Store.Background
+// returns one.
 type LayerMounter interface {
 	Get(id string) (string, error)
 	Put(id string) error
 }
+
+// Background adapts the store to LayerMounter: Get and Put with
+// context.Background(), so they wait on locks for as long as it takes.
+func (s *Store) Background() LayerMounter { return backgroundMounter{s} }
+
+type backgroundMounter struct{ s *Store }
+
+func (b backgroundMounter) Get(id string) (string, error) { return b.s.Get(context.Background(), id) }
+func (b backgroundMounter) Put(id string) error           { return b.s.Put(context.Background(), id) }
 
 // Open opens the store in home, creating it when opts.Create is set.
 // Opening finishes or undoes what a crashed process left: staged layers
@@ -155,6 +191,7 @@ func Open(home string, opts Options) (*Store, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	log := opts.logger()
 	statePath := filepath.Join(home, stateName)
 	if err := migrateStateName(home, opts.Sync == SyncFsync); err != nil {
 		return nil, err
@@ -164,7 +201,7 @@ func Open(home string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := makeStoreDirs(home); err != nil {
-		nh.undo(home)
+		nh.undo(home, log)
 		return nil, err
 	}
 	lf, err := os.OpenFile(filepath.Join(home, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
@@ -175,14 +212,15 @@ func Open(home string, opts Options) (*Store, error) {
 		home:   home,
 		sync:   opts.Sync,
 		limits: opts.Limits,
+		log:    log,
 		lockF:  lf,
-		state:  stateFile{path: statePath, sync: opts.Sync == SyncFsync},
+		state:  stateFile{path: statePath, sync: opts.Sync == SyncFsync, log: log},
 	}
 	if err := s.init(opts); err != nil {
-		lf.Close()
+		logCleanup(log, "close store lock", lf.Close())
 		s.state.close()
 		// A store refused at creation leaves nothing behind.
-		nh.undo(home)
+		nh.undo(home, log)
 		return nil, err
 	}
 	return s, nil
@@ -265,22 +303,22 @@ func makeStoreDirs(home string) error {
 // undo removes what a refused Open made in home, and home itself when
 // Open made it; a home that existed gets its mode back. A store that was
 // there already is left alone.
-func (nh newHome) undo(home string) {
+func (nh newHome) undo(home string, log *slog.Logger) {
 	if !nh.fresh {
 		return
 	}
 	if !nh.existed {
-		os.RemoveAll(home)
+		logCleanup(log, "remove refused store", os.RemoveAll(home))
 		return
 	}
 	for _, n := range []string{"layers", "l", "staging", "empty", "lock", stateName, "features.json"} {
-		os.RemoveAll(filepath.Join(home, n))
+		logCleanup(log, "remove refused store", os.RemoveAll(filepath.Join(home, n)))
 	}
-	unix.Chmod(home, nh.mode)
+	logCleanup(log, "restore home mode", unix.Chmod(home, nh.mode))
 }
 
 func (s *Store) init(opts Options) error {
-	unlock, err := s.lock()
+	unlock, err := s.lock(context.Background())
 	if err != nil {
 		return err
 	}
@@ -330,7 +368,7 @@ func (s *Store) init(opts Options) error {
 		if !s.feat.Userxattr {
 			return fmt.Errorf("store %s needs the userxattr mount option, which the kernel refused: %s", s.home, s.feat.Notes["userxattr"])
 		}
-		if err := userXattrsWork(s.home); err != nil {
+		if err := userXattrsWork(s.home, s.log); err != nil {
 			return fmt.Errorf("store %s: %w", s.home, err)
 		}
 		s.extraOpt = append(s.extraOpt, "userxattr")
@@ -379,18 +417,22 @@ func (s *Store) Features() ovl.Features { return s.feat }
 
 // lock takes the store lock: the in-process mutex, then the flock that
 // excludes other processes. Hold it only for short state transactions.
-func (s *Store) lock() (func(), error) {
-	s.mu.Lock()
+// Waiting for either ends when ctx is done (see acquire).
+func (s *Store) lock(ctx context.Context) (func(), error) {
+	err := acquire(ctx, func() (bool, error) { return s.mu.TryLock(), nil }, func() error { s.mu.Lock(); return nil })
+	if err != nil {
+		return nil, fmt.Errorf("lock store: %w", err)
+	}
 	if s.lockF == nil {
 		s.mu.Unlock()
 		return nil, errors.New("store is closed")
 	}
-	if err := flock(int(s.lockF.Fd()), unix.LOCK_EX); err != nil {
+	if err := flockCtx(ctx, int(s.lockF.Fd()), unix.LOCK_EX); err != nil {
 		s.mu.Unlock()
 		return nil, fmt.Errorf("lock store: %w", err)
 	}
 	return func() {
-		flock(int(s.lockF.Fd()), unix.LOCK_UN)
+		logCleanup(s.log, "unlock store", flock(int(s.lockF.Fd()), unix.LOCK_UN))
 		s.mu.Unlock()
 	}, nil
 }
@@ -398,8 +440,8 @@ func (s *Store) lock() (func(), error) {
 // update runs fn on the current state under the store lock and writes the
 // state when fn reports a change. A failed fn or write discards fn's
 // in-memory changes.
-func (s *Store) update(fn func(st *state) (bool, error)) error {
-	unlock, err := s.lock()
+func (s *Store) update(ctx context.Context, fn func(st *state) (bool, error)) error {
+	unlock, err := s.lock(ctx)
 	if err != nil {
 		return err
 	}
@@ -427,7 +469,7 @@ func (s *Store) update(fn func(st *state) (bool, error)) error {
 // file shows that no process changed it since, which needs no store lock;
 // otherwise it is view. fn must not change the state. It serves readers
 // whose part of the state only changes under a layer lock they hold.
-func (s *Store) peek(fn func(st *state) error) error {
+func (s *Store) peek(ctx context.Context, fn func(st *state) error) error {
 	s.mu.Lock()
 	if s.lockF != nil {
 		if st := s.state.peek(); st != nil {
@@ -436,13 +478,13 @@ func (s *Store) peek(fn func(st *state) error) error {
 		}
 	}
 	s.mu.Unlock()
-	return s.view(fn)
+	return s.view(ctx, fn)
 }
 
 // view runs fn on the current state under the store lock; fn must not
 // change it.
-func (s *Store) view(fn func(st *state) error) error {
-	return s.update(func(st *state) (bool, error) { return false, fn(st) })
+func (s *Store) view(ctx context.Context, fn func(st *state) error) error {
+	return s.update(ctx, func(st *state) (bool, error) { return false, fn(st) })
 }
 
 func flock(fd, how int) error {
@@ -451,6 +493,49 @@ func flock(fd, how int) error {
 		if !errors.Is(err, unix.EINTR) {
 			return err
 		}
+	}
+}
+
+// flockCtx is flock that stops waiting when ctx is done.
+func flockCtx(ctx context.Context, fd, how int) error {
+	return acquire(ctx,
+		func() (bool, error) {
+			err := flock(fd, how|unix.LOCK_NB)
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+		func() error { return flock(fd, how) })
+}
+
+// acquire takes a lock: try takes it if it is free, wait blocks until it
+// is. A done ctx fails at once, even with the lock free, so that a
+// cancelled call starts nothing. A ctx that can be done polls try, from
+// 1 ms to every 50 ms, and gives up with ctx's error; neither flock(2)
+// nor sync.Mutex can be interrupted otherwise. A ctx that is never done
+// blocks in wait, as an uncontended caller would.
+func acquire(ctx context.Context, try func() (bool, error), wait func() error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ctx.Done() == nil {
+		return wait()
+	}
+	delay := time.Millisecond
+	for {
+		ok, err := try()
+		if ok || err != nil {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 50*time.Millisecond)
 	}
 }
 
@@ -482,14 +567,14 @@ func (s *Store) readOnlyOptions() []string {
 // userXattrsWork checks that the backing filesystem stores user.*
 // xattrs, without which opaque directories would silently be lost
 // (tmpfs before 6.6 has none).
-func userXattrsWork(home string) error {
+func userXattrsWork(home string, log *slog.Logger) error {
 	f, err := os.CreateTemp(filepath.Join(home, "staging"), "xattr-")
 	if err != nil {
 		return fmt.Errorf("user xattr check: %w", err)
 	}
 	name := f.Name()
 	f.Close()
-	defer os.Remove(name)
+	defer func() { logCleanup(log, "remove xattr check file", os.Remove(name)) }()
 	if err := unix.Lsetxattr(name, "user.ovlkit.check", []byte("y"), 0); err != nil {
 		return fmt.Errorf("the backing filesystem does not store user xattrs, which userxattr layers need: %w", err)
 	}

@@ -119,25 +119,25 @@ func TestCreateRemoveBasics(t *testing.T) {
 	for _, layout := range []Layout{LayoutOverlay, LayoutHardlink} {
 		t.Run(string(layout), func(t *testing.T) {
 			s := openTest(t, t.TempDir(), layout)
-			if err := s.Create("base", ""); err != nil {
+			if err := s.Create(context.Background(), "base", ""); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Create("base", ""); !errors.Is(err, ErrExist) {
+			if err := s.Create(context.Background(), "base", ""); !errors.Is(err, ErrExist) {
 				t.Errorf("duplicate create: %v", err)
 			}
-			if err := s.Create("orphan", "nope"); !errors.Is(err, ErrNotExist) {
+			if err := s.Create(context.Background(), "orphan", "nope"); !errors.Is(err, ErrNotExist) {
 				t.Errorf("create on missing parent: %v", err)
 			}
-			if err := s.CreateReadWrite("c1", "base"); err != nil {
+			if err := s.CreateReadWrite(context.Background(), "c1", "base"); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Remove("base"); !errors.Is(err, ErrHasChildren) {
+			if err := s.Remove(context.Background(), "base"); !errors.Is(err, ErrHasChildren) {
 				t.Errorf("remove parent with child: %v", err)
 			}
-			if err := s.Remove("missing"); !errors.Is(err, ErrNotExist) {
+			if err := s.Remove(context.Background(), "missing"); !errors.Is(err, ErrNotExist) {
 				t.Errorf("remove missing: %v", err)
 			}
-			if err := s.Create("../x", ""); !errors.Is(err, ErrInvalidID) {
+			if err := s.Create(context.Background(), "../x", ""); !errors.Is(err, ErrInvalidID) {
 				t.Errorf("create ../x: %v", err)
 			}
 			li, err := s.Layer("c1")
@@ -150,10 +150,10 @@ func TestCreateRemoveBasics(t *testing.T) {
 			if b, _ := s.Layer("base"); !b.Committed {
 				t.Error("base not committed after a child was created")
 			}
-			if err := s.Remove("c1"); err != nil {
+			if err := s.Remove(context.Background(), "c1"); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Remove("base"); err != nil {
+			if err := s.Remove(context.Background(), "base"); err != nil {
 				t.Fatal(err)
 			}
 			if s.Exists("base") || s.Exists("c1") {
@@ -177,7 +177,7 @@ func TestCreateRemoveBasics(t *testing.T) {
 
 func TestChildInheritsRootMode(t *testing.T) {
 	s := openTest(t, t.TempDir(), LayoutOverlay)
-	if err := s.Create("a", ""); err != nil {
+	if err := s.Create(context.Background(), "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(s.diffDir("a"), 0o700); err != nil {
@@ -186,7 +186,7 @@ func TestChildInheritsRootMode(t *testing.T) {
 	if err := os.Lchown(s.diffDir("a"), 7, 8); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create("b", "a"); err != nil {
+	if err := s.Create(context.Background(), "b", "a"); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(s.diffDir("b"))
@@ -207,23 +207,23 @@ func TestDepthLimitAtCreate(t *testing.T) {
 	parent := ""
 	for i := 1; i <= ovl.MaxLowers; i++ {
 		id := fmt.Sprintf("layer-%03d-%s", i, strings.Repeat("x", 100))
-		if err := s.Create(id, parent); err != nil {
+		if err := s.Create(context.Background(), id, parent); err != nil {
 			t.Fatalf("layer %d: %v", i, err)
 		}
 		parent = id
 	}
-	err := s.Create("one-too-many", parent)
+	err := s.Create(context.Background(), "one-too-many", parent)
 	if !errors.Is(err, ErrTooDeep) {
 		t.Fatalf("layer 501: %v, want ErrTooDeep", err)
 	}
 	if !strings.Contains(err.Error(), "501") || !strings.Contains(err.Error(), "500") {
 		t.Errorf("error does not name the depth and limit: %v", err)
 	}
-	if err := s.CreateReadWrite("rw-too-many", parent); !errors.Is(err, ErrTooDeep) {
+	if err := s.CreateReadWrite(context.Background(), "rw-too-many", parent); !errors.Is(err, ErrTooDeep) {
 		t.Errorf("rw layer 501: %v, want ErrTooDeep", err)
 	}
 	// Both mounts of the 500th layer fit in a page when relative to l/.
-	err = s.view(func(st *state) error {
+	err = s.view(context.Background(), func(st *state) error {
 		for _, committed := range []bool{false, true} {
 			st.Layers[parent].Committed = committed
 			cfg, _, err := s.mountConfig(st, parent)
@@ -248,7 +248,7 @@ func TestDepthLimitAtCreate(t *testing.T) {
 
 func TestHardlinkLayoutHasNoDepthLimit(t *testing.T) {
 	s := openTest(t, t.TempDir(), LayoutHardlink)
-	if err := s.view(func(st *state) error {
+	if err := s.view(context.Background(), func(st *state) error {
 		parent := ""
 		for i := 0; i < ovl.MaxLowers+1; i++ {
 			id := fmt.Sprintf("l%d", i)
@@ -270,10 +270,10 @@ func TestHardlinkLayoutHasNoDepthLimit(t *testing.T) {
 func TestRecoveryOnOpen(t *testing.T) {
 	home := t.TempDir()
 	s := openTest(t, home, LayoutOverlay)
-	if err := s.Create("a", ""); err != nil {
+	if err := s.Create(context.Background(), "a", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create("b", "a"); err != nil {
+	if err := s.Create(context.Background(), "b", "a"); err != nil {
 		t.Fatal(err)
 	}
 	la, _ := s.Layer("a")
@@ -319,7 +319,7 @@ func TestRecoveryOnOpen(t *testing.T) {
 func TestRecoveryReplacesSymlinkedLinkDir(t *testing.T) {
 	home := t.TempDir()
 	s := openTest(t, home, LayoutOverlay)
-	if err := s.Create("a", ""); err != nil {
+	if err := s.Create(context.Background(), "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -337,7 +337,7 @@ func TestRecoveryReplacesSymlinkedLinkDir(t *testing.T) {
 
 func TestCheckFindsDamage(t *testing.T) {
 	s := openTest(t, t.TempDir(), LayoutOverlay)
-	if err := s.Create("a", ""); err != nil {
+	if err := s.Create(context.Background(), "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(s.workDir("a")); err != nil {
@@ -412,7 +412,7 @@ func TestLinkNames(t *testing.T) {
 
 func TestConcurrentCreateRemove(t *testing.T) {
 	s := openTest(t, t.TempDir(), LayoutOverlay)
-	if err := s.Create("base", ""); err != nil {
+	if err := s.Create(context.Background(), "base", ""); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -423,12 +423,12 @@ func TestConcurrentCreateRemove(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 8; i++ {
 				id := fmt.Sprintf("g%d-%d", g, i)
-				if err := s.Create(id, "base"); err != nil {
+				if err := s.Create(context.Background(), id, "base"); err != nil {
 					errs <- err
 					return
 				}
 				if i%2 == 0 {
-					if err := s.Remove(id); err != nil {
+					if err := s.Remove(context.Background(), id); err != nil {
 						errs <- err
 						return
 					}
@@ -475,7 +475,7 @@ func helperProcess(home, prefix string) int {
 	}
 	defer s.Close()
 	for i := 0; i < 40; i++ {
-		if err := s.Create(fmt.Sprintf("%s-%d", prefix, i), "base"); err != nil {
+		if err := s.Create(context.Background(), fmt.Sprintf("%s-%d", prefix, i), "base"); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -488,7 +488,7 @@ func helperProcess(home, prefix string) int {
 func TestTwoProcesses(t *testing.T) {
 	home := t.TempDir()
 	s := openTest(t, home, LayoutOverlay)
-	if err := s.Create("base", ""); err != nil {
+	if err := s.Create(context.Background(), "base", ""); err != nil {
 		t.Fatal(err)
 	}
 	var cmds []*exec.Cmd
@@ -505,7 +505,7 @@ func TestTwoProcesses(t *testing.T) {
 	}
 	// This process creates too, concurrently.
 	for i := 0; i < 40; i++ {
-		if err := s.Create(fmt.Sprintf("p0-%d", i), "base"); err != nil {
+		if err := s.Create(context.Background(), fmt.Sprintf("p0-%d", i), "base"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -572,7 +572,7 @@ func TestApplyDiffPublishesAtomically(t *testing.T) {
 		t.Run(string(layout), func(t *testing.T) {
 			s := openTest(t, t.TempDir(), layout)
 			ctx := context.Background()
-			if err := s.Create("base", ""); err != nil {
+			if err := s.Create(context.Background(), "base", ""); err != nil {
 				t.Fatal(err)
 			}
 			n, err := s.ApplyDiff(ctx, "base", tarOf(t, dir("etc/"), reg("etc/hosts", "127.0.0.1 localhost\n"), reg("keep", "k")))
@@ -588,7 +588,7 @@ func TestApplyDiffPublishesAtomically(t *testing.T) {
 			if size, err := s.DiffSize("base"); err != nil || size != n {
 				t.Errorf("DiffSize %d %v, want %d", size, err, n)
 			}
-			if err := s.Create("broken", "base"); err != nil {
+			if err := s.Create(context.Background(), "broken", "base"); err != nil {
 				t.Fatal(err)
 			}
 			// A truncated tar fails and leaves no trace of the half layer.
@@ -602,7 +602,7 @@ func TestApplyDiffPublishesAtomically(t *testing.T) {
 			if ents, _ := os.ReadDir(filepath.Join(s.Home(), "staging")); len(ents) != 0 {
 				t.Errorf("staging holds %d entries after a failed apply", len(ents))
 			}
-			if err := s.Create("child", "base"); err != nil {
+			if err := s.Create(context.Background(), "child", "base"); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.ApplyDiff(ctx, "child", tarOf(t, reg(".wh.keep", ""), reg("etc/hosts", "changed\n"))); err != nil {
@@ -664,13 +664,13 @@ func TestUserxattrRecorded(t *testing.T) {
 	if s.whiteouts() != layer.OverlayUserWhiteouts {
 		t.Error("userxattr store does not use user.overlay whiteouts")
 	}
-	if err := s.Create("a", ""); err != nil {
+	if err := s.Create(context.Background(), "a", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create("b", "a"); err != nil {
+	if err := s.Create(context.Background(), "b", "a"); err != nil {
 		t.Fatal(err)
 	}
-	err = s.view(func(st *state) error {
+	err = s.view(context.Background(), func(st *state) error {
 		for _, id := range []string{"a", "b"} {
 			cfg, _, err := s.mountConfig(st, id)
 			if err != nil {
@@ -723,7 +723,7 @@ func applyHelper(home string) int {
 func TestKilledApplyLeavesNoTrace(t *testing.T) {
 	home := t.TempDir()
 	s := openTest(t, home, LayoutOverlay)
-	if err := s.Create("victim", ""); err != nil {
+	if err := s.Create(context.Background(), "victim", ""); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -22,7 +22,7 @@ func TestApplyDiffSyncfs(t *testing.T) {
 	if s.sync != SyncFsync {
 		t.Fatalf("default sync policy %q, want fsync", s.sync)
 	}
-	if err := s.Create("base", ""); err != nil {
+	if err := s.Create(context.Background(), "base", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ApplyDiff(context.Background(), "base", tarOf(t, dir("d/"), reg("d/f", "content"))); err != nil {

@@ -109,7 +109,7 @@ func (s *Store) Verify(ctx context.Context, id string) (Report, error) {
 	if err := validID(id); err != nil {
 		return Report{}, err
 	}
-	l, err := s.lockLayerHow(id, unix.LOCK_SH)
+	l, err := s.lockLayerHow(ctx, id, unix.LOCK_SH)
 	switch {
 	case errors.Is(err, ErrNotExist):
 		// No directory to lock: a layer without a record, or one
@@ -151,7 +151,7 @@ func (s *Store) verifyLocked(ctx context.Context, id string) (Report, error) {
 		depth    int // 0: unknown (a broken chain, which Check reports)
 		children bool
 	}
-	err := s.view(func(st *state) error {
+	err := s.view(ctx, func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("verify %s: %w", id, ErrNotExist)

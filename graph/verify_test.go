@@ -52,12 +52,12 @@ func newVerifyStore(t *testing.T, layout Layout) *verifyStore {
 		dir("var/cache/"), reg("var/cache/.wh..wh..opq", ""), reg("var/cache/y", "y")).Bytes()
 	v.tars["other"] = tarOf(t, reg("other", "other layer")).Bytes()
 	for _, c := range []struct{ id, parent string }{{"base", ""}, {"app", "base"}, {"other", "base"}} {
-		if err := v.s.Create(c.id, c.parent); err != nil {
+		if err := v.s.Create(context.Background(), c.id, c.parent); err != nil {
 			t.Fatal(err)
 		}
 		v.apply(t, c.id)
 	}
-	if err := v.s.CreateReadWrite("ctr", "app"); err != nil {
+	if err := v.s.CreateReadWrite(context.Background(), "ctr", "app"); err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -226,7 +226,7 @@ func damageCases() []damageCase {
 		{"work gone", "app", func(t *testing.T, s *Store) { must(t, os.RemoveAll(s.workDir("app"))) },
 			DamageStructure, "", "work/ is missing", true},
 		{"depth wrong", "app", func(t *testing.T, s *Store) {
-			must(t, s.update(func(st *state) (bool, error) { st.Layers["app"].Depth = 7; return true, nil }))
+			must(t, s.update(context.Background(), func(st *state) (bool, error) { st.Layers["app"].Depth = 7; return true, nil }))
 		}, DamageRecord, "", "recorded depth 7, its chain makes it 2", true},
 		{"empty layer's manifest lost", "ctr", func(t *testing.T, s *Store) {
 			must(t, os.Remove(filepath.Join(s.layerDir("ctr"), manifestName)))
@@ -336,9 +336,9 @@ func (v *verifyStore) wantReset(t *testing.T, id string) {
 		name string
 		f    func(id string) error
 	}{
-		{"get", func(id string) error { _, err := v.s.Get(id); return err }},
+		{"get", func(id string) error { _, err := v.s.Get(context.Background(), id); return err }},
 		{"diff", func(id string) error { return v.s.Diff(ctx, id, io.Discard) }},
-		{"create on", func(id string) error { return v.s.Create("new-"+id, id) }},
+		{"create on", func(id string) error { return v.s.Create(context.Background(), "new-"+id, id) }},
 	} {
 		for _, target := range []string{id, "ctr"} {
 			if target == "ctr" && id == "other" {
@@ -356,7 +356,7 @@ func (v *verifyStore) wantReset(t *testing.T, id string) {
 func TestVerifyNoManifest(t *testing.T) {
 	ctx := context.Background()
 	v := newVerifyStore(t, LayoutOverlay)
-	if err := v.s.update(func(st *state) (bool, error) { st.Layers["app"].Manifest = false; return true, nil }); err != nil {
+	if err := v.s.update(context.Background(), func(st *state) (bool, error) { st.Layers["app"].Manifest = false; return true, nil }); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(v.s.layerDir("app"), manifestName)); err != nil {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"sort"
 	"strings"
@@ -174,7 +175,11 @@ type exitStatus struct {
 func (e exitStatus) Error() string { return e.msg }
 
 func (c command) exec(ctx context.Context, e *env) error {
-	opts := graph.Options{Volatile: c.volatile, Limits: c.limits}
+	// Cleanups the store could not finish leave something for the next
+	// Open to reclaim; a warning on stderr says so. slog quotes values
+	// that hold spaces or control characters, as escapeMessage does.
+	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := graph.Options{Volatile: c.volatile, Limits: c.limits, Logger: logger}
 	if c.name == "init" {
 		opts.Create, opts.Layout, opts.Userxattr = true, c.layout, c.userx
 	}
@@ -189,7 +194,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 		return c.emit(out, map[string]any{"home": s.Home(), "layout": s.Layout()},
 			fmt.Sprintf("store %s (layout %s)\n", quoteName(s.Home()), s.Layout()))
 	case "create":
-		return c.create(s, out)
+		return c.create(ctx, s, out)
 	case "apply":
 		n, err := s.ApplyDiff(ctx, c.id, e.stdin)
 		if err != nil {
@@ -197,13 +202,13 @@ func (c command) exec(ctx context.Context, e *env) error {
 		}
 		return c.emit(out, map[string]any{"id": c.id, "size": n}, fmt.Sprintf("applied %s: %d bytes\n", quoteName(c.id), n))
 	case "mount":
-		p, err := s.Get(c.id)
+		p, err := s.Get(ctx, c.id)
 		if err != nil {
 			return err
 		}
 		return c.emit(out, map[string]any{"id": c.id, "path": p}, quoteName(p)+"\n")
 	case "umount":
-		return c.umount(s, out)
+		return c.umount(ctx, s, out)
 	case "diff":
 		if f, ok := out.(*os.File); ok && isTerminal(f) {
 			return errors.New("refusing to write a tar to a terminal; redirect stdout")
@@ -216,7 +221,7 @@ func (c command) exec(ctx context.Context, e *env) error {
 		}
 		return c.emitChanges(out, ch)
 	case "rm":
-		if err := s.Remove(c.id); err != nil {
+		if err := s.Remove(ctx, c.id); err != nil {
 			return err
 		}
 		return c.emit(out, map[string]any{"id": c.id, "removed": true}, fmt.Sprintf("removed %s\n", quoteName(c.id)))
@@ -241,12 +246,12 @@ func (c command) exec(ctx context.Context, e *env) error {
 	return fmt.Errorf("unknown command %q", c.name)
 }
 
-func (c command) create(s *graph.Store, out io.Writer) error {
+func (c command) create(ctx context.Context, s *graph.Store, out io.Writer) error {
 	var err error
 	if c.rw {
-		err = s.CreateReadWrite(c.id, c.parent)
+		err = s.CreateReadWrite(ctx, c.id, c.parent)
 	} else {
-		err = s.Create(c.id, c.parent)
+		err = s.Create(ctx, c.id, c.parent)
 	}
 	if err != nil {
 		return err
@@ -258,8 +263,8 @@ func (c command) create(s *graph.Store, out io.Writer) error {
 	return c.emit(out, li, fmt.Sprintf("created %s\n", quoteName(c.id)))
 }
 
-func (c command) umount(s *graph.Store, out io.Writer) error {
-	if err := s.Put(c.id); err != nil {
+func (c command) umount(ctx context.Context, s *graph.Store, out io.Writer) error {
+	if err := s.Put(ctx, c.id); err != nil {
 		return err
 	}
 	li, err := s.Layer(c.id)

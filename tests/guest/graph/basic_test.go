@@ -3,6 +3,7 @@
 package graphsuite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -25,7 +26,7 @@ import (
 func TestCreateEmpty(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.Create("empty", ""))
+		must(t, s.Create(context.Background(), "empty", ""))
 		if !s.Exists("empty") {
 			t.Fatal("Exists(empty) = false after Create")
 		}
@@ -39,14 +40,14 @@ func TestCreateEmpty(t *testing.T) {
 			t.Errorf("empty layer lists %d entries (%v)", len(ents), err)
 		}
 		put(t, s, "empty")
-		must(t, s.Remove("empty"))
+		must(t, s.Remove(context.Background(), "empty"))
 		if s.Exists("empty") {
 			t.Error("Exists(empty) after Remove")
 		}
-		if err := s.Remove("empty"); !errors.Is(err, graph.ErrNotExist) {
+		if err := s.Remove(context.Background(), "empty"); !errors.Is(err, graph.ErrNotExist) {
 			t.Errorf("second Remove: %v, want ErrNotExist", err)
 		}
-		if _, err := s.Get("empty"); !errors.Is(err, graph.ErrNotExist) {
+		if _, err := s.Get(context.Background(), "empty"); !errors.Is(err, graph.ErrNotExist) {
 			t.Errorf("Get after Remove: %v", err)
 		}
 	})
@@ -72,7 +73,7 @@ func TestCreateBaseSnap(t *testing.T) {
 	defer unix.Umask(old)
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite("Base", ""))
+		must(t, s.CreateReadWrite(context.Background(), "Base", ""))
 		p := get(t, s, "Base")
 		must(t, os.Mkdir(filepath.Join(p, "a subdir"), 0o705|os.ModeSticky))
 		must(t, unix.Chmod(filepath.Join(p, "a subdir"), 0o705|unix.S_ISVTX))
@@ -100,16 +101,16 @@ func TestCreateBaseSnap(t *testing.T) {
 		check(p)
 		put(t, s, "Base")
 
-		must(t, s.Create("Snap", "Base"))
+		must(t, s.Create(context.Background(), "Snap", "Base"))
 		check(get(t, s, "Snap"))
 		put(t, s, "Snap")
 
 		// Root-mode inheritance (containers/storage CreateSnap).
-		must(t, s.CreateReadWrite("Snap2", "Snap"))
+		must(t, s.CreateReadWrite(context.Background(), "Snap2", "Snap"))
 		p2 := get(t, s, "Snap2")
 		must(t, os.Chmod(p2, 0o700))
 		put(t, s, "Snap2")
-		must(t, s.Create("Snap3", "Snap2"))
+		must(t, s.Create(context.Background(), "Snap3", "Snap2"))
 		p3 := get(t, s, "Snap3")
 		if m := statMeta(t, p3); m.mode&0o7777 != 0o700 {
 			t.Errorf("grandchild root mode %o, want 700", m.mode&0o7777)
@@ -124,11 +125,11 @@ func TestCreateBaseSnap(t *testing.T) {
 			ids = append(ids, l.ID)
 		}
 		equalList(t, "layers", ids, []string{"Base", "Snap", "Snap2", "Snap3"})
-		if err := s.Remove("Base"); !errors.Is(err, graph.ErrHasChildren) {
+		if err := s.Remove(context.Background(), "Base"); !errors.Is(err, graph.ErrHasChildren) {
 			t.Errorf("remove Base with children: %v", err)
 		}
 		for _, id := range []string{"Snap3", "Snap2", "Snap", "Base"} {
-			must(t, s.Remove(id))
+			must(t, s.Remove(context.Background(), id))
 		}
 	})
 }
@@ -140,12 +141,12 @@ func TestCreateBaseSnap(t *testing.T) {
 // layer-i/{layer-id,parent-id}.
 func deepChain(t *testing.T, s *graph.Store, n, every int) string {
 	t.Helper()
-	must(t, s.Create("base", ""))
+	must(t, s.Create(context.Background(), "base", ""))
 	apply(t, s, "base", mkTar(t, file("testfile.txt", "base")))
 	parent := "base"
 	for i := 1; i < n; i++ {
 		id := fmt.Sprintf("layer-%03d", i)
-		must(t, s.Create(id, parent))
+		must(t, s.Create(context.Background(), id, parent))
 		if hasContent(i, n, every) {
 			apply(t, s, id, mkTar(t,
 				file("top-id", id),
@@ -193,7 +194,7 @@ func TestDeepLayerRead128(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
 		top := deepChain(t, s, 128, 8)
-		must(t, s.CreateReadWrite("container", top))
+		must(t, s.CreateReadWrite(context.Background(), "container", top))
 		checkDeep(t, get(t, s, "container"), 128, 8, 127)
 		put(t, s, "container")
 		checkDeep(t, get(t, s, top), 128, 8, 127) // committed: read-only, 128 lowers
@@ -217,11 +218,11 @@ func TestDeepLayerRead500(t *testing.T) {
 		must(t, os.WriteFile(p, []byte("x"), 0o644))
 		put(t, s, top)
 		put(t, s, top)
-		err = s.Create("layer-501", top)
+		err = s.Create(context.Background(), "layer-501", top)
 		if !errors.Is(err, graph.ErrTooDeep) || !strings.Contains(err.Error(), "501") {
 			t.Fatalf("501st layer: %v, want ErrTooDeep naming 501", err)
 		}
-		if err := s.CreateReadWrite("container-501", top); !errors.Is(err, graph.ErrTooDeep) {
+		if err := s.CreateReadWrite(context.Background(), "container-501", top); !errors.Is(err, graph.ErrTooDeep) {
 			t.Fatalf("501st container layer: %v, want ErrTooDeep", err)
 		}
 		if s.Exists("layer-501") {
@@ -286,7 +287,7 @@ func TestMountDataBoundary(t *testing.T) {
 func TestRefcount(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite("c", ""))
+		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p1 := get(t, s, "c")
 		p2 := get(t, s, "c")
 		if p1 != p2 {
@@ -296,7 +297,7 @@ func TestRefcount(t *testing.T) {
 		wantMounted(t, p1, true, "after one of two Puts")
 		put(t, s, "c")
 		wantMounted(t, p1, false, "after the last Put")
-		if err := s.Put("c"); !errors.Is(err, graph.ErrNotMounted) {
+		if err := s.Put(context.Background(), "c"); !errors.Is(err, graph.ErrNotMounted) {
 			t.Errorf("extra Put: %v, want ErrNotMounted", err)
 		}
 	})
@@ -307,7 +308,7 @@ func TestRefcount(t *testing.T) {
 func TestConcurrentGetPut(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
-		must(t, s.Create("img", ""))
+		must(t, s.Create(context.Background(), "img", ""))
 		apply(t, s, "img", mkTar(t, file("f", "content")))
 		var wg sync.WaitGroup
 		errs := make(chan error, 100)
@@ -316,7 +317,7 @@ func TestConcurrentGetPut(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 10; i++ {
-					p, err := s.Get("img")
+					p, err := s.Get(context.Background(), "img")
 					if err != nil {
 						errs <- err
 						return
@@ -324,7 +325,7 @@ func TestConcurrentGetPut(t *testing.T) {
 					if b, err := os.ReadFile(filepath.Join(p, "f")); err != nil || string(b) != "content" {
 						errs <- fmt.Errorf("read through mount: %q %v", b, err)
 					}
-					if err := s.Put("img"); err != nil {
+					if err := s.Put(context.Background(), "img"); err != nil {
 						errs <- err
 						return
 					}
@@ -352,14 +353,14 @@ func TestConcurrentGetPut(t *testing.T) {
 func TestParentWithChildrenIsReadOnly(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite("parent", ""))
+		must(t, s.CreateReadWrite(context.Background(), "parent", ""))
 		p := get(t, s, "parent")
 		write(t, filepath.Join(p, "f"), "x", 0o644)
-		if err := s.CreateReadWrite("child", "parent"); !errors.Is(err, graph.ErrMounted) {
+		if err := s.CreateReadWrite(context.Background(), "child", "parent"); !errors.Is(err, graph.ErrMounted) {
 			t.Errorf("child of a read-write mounted parent: %v, want ErrMounted", err)
 		}
 		put(t, s, "parent")
-		must(t, s.CreateReadWrite("child", "parent"))
+		must(t, s.CreateReadWrite(context.Background(), "child", "parent"))
 		p = get(t, s, "parent")
 		err := os.WriteFile(filepath.Join(p, "g"), []byte("y"), 0o644)
 		if !isErrno(err, unix.EROFS) {
@@ -425,7 +426,7 @@ func mountedIn(t *testing.T, pid int, path string) bool {
 func TestMountLeakToNamespace(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite("c", ""))
+		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p := get(t, s, "c")
 		write(t, filepath.Join(p, "data"), "v1", 0o644)
 		h := holder(t)
@@ -441,8 +442,8 @@ func TestMountLeakToNamespace(t *testing.T) {
 		if mountedIn(t, h.Process.Pid, p) {
 			t.Error("the other namespace still holds the mount after Put")
 		}
-		must(t, s.Remove("c"))
-		must(t, s.CreateReadWrite("c", ""))
+		must(t, s.Remove(context.Background(), "c"))
+		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p = get(t, s, "c")
 		write(t, filepath.Join(p, "data"), "v2", 0o644)
 		put(t, s, "c")
@@ -457,7 +458,7 @@ func TestRefcountAcrossStores(t *testing.T) {
 		s2, err := graph.Open(s1.Home(), graph.Options{Features: features(t, fs)})
 		must(t, err)
 		defer s2.Close()
-		must(t, s1.CreateReadWrite("c", ""))
+		must(t, s1.CreateReadWrite(context.Background(), "c", ""))
 		p := get(t, s1, "c")
 		get(t, s2, "c")
 		li, err := s2.Layer("c")
@@ -469,7 +470,7 @@ func TestRefcountAcrossStores(t *testing.T) {
 		wantMounted(t, p, true, "while the other store holds a reference")
 		put(t, s2, "c")
 		wantMounted(t, p, false, "after both references were dropped")
-		if err := s1.Remove("c"); err != nil {
+		if err := s1.Remove(context.Background(), "c"); err != nil {
 			t.Errorf("remove after the last Put: %v", err)
 		}
 	})

@@ -56,7 +56,7 @@ func benchStore(b *testing.B, fs guesttest.FS, layout graph.Layout) *graph.Store
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Cleanup(); s.Close() })
-	if err := s.Create("image", ""); err != nil {
+	if err := s.Create(context.Background(), "image", ""); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := s.ApplyDiff(context.Background(), "image", bytes.NewReader(benchTar(b))); err != nil {
@@ -96,7 +96,7 @@ func BenchmarkLayoutCreate(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			id := fmt.Sprintf("child-%d", i)
-			if err := s.Create(id, "image"); err != nil {
+			if err := s.Create(context.Background(), id, "image"); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := s.ApplyDiff(context.Background(), id, bytes.NewReader(small)); err != nil {
@@ -111,15 +111,15 @@ func BenchmarkLayoutCreate(b *testing.B) {
 // BenchmarkLayoutGetPut: mount and unmount a container layer.
 func BenchmarkLayoutGetPut(b *testing.B) {
 	forEachBenchLayout(b, func(b *testing.B, fs guesttest.FS, s *graph.Store) {
-		if err := s.CreateReadWrite("ctr", "image"); err != nil {
+		if err := s.CreateReadWrite(context.Background(), "ctr", "image"); err != nil {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if _, err := s.Get("ctr"); err != nil {
+			if _, err := s.Get(context.Background(), "ctr"); err != nil {
 				b.Fatal(err)
 			}
-			if err := s.Put("ctr"); err != nil {
+			if err := s.Put(context.Background(), "ctr"); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -134,11 +134,11 @@ func BenchmarkLayoutRemove(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			id := fmt.Sprintf("child-%d", i)
 			b.StopTimer()
-			if err := s.Create(id, "image"); err != nil {
+			if err := s.Create(context.Background(), id, "image"); err != nil {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			if err := s.Remove(id); err != nil {
+			if err := s.Remove(context.Background(), id); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -175,10 +175,10 @@ func BenchmarkLayoutPageCache(b *testing.B) {
 		var roots []string
 		for c := 0; c < containers; c++ {
 			id := fmt.Sprintf("ctr-%d", c)
-			if err := s.CreateReadWrite(id, "image"); err != nil {
+			if err := s.CreateReadWrite(context.Background(), id, "image"); err != nil {
 				b.Fatal(err)
 			}
-			p, err := s.Get(id)
+			p, err := s.Get(context.Background(), id)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -201,7 +201,7 @@ func BenchmarkLayoutPageCache(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(grown)/float64(b.N)/1024, "cached-MiB")
 		for c := 0; c < containers; c++ {
-			s.Put(fmt.Sprintf("ctr-%d", c))
+			s.Put(context.Background(), fmt.Sprintf("ctr-%d", c))
 		}
 	})
 }
@@ -288,7 +288,7 @@ func BenchmarkApplyDurable(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				id := fmt.Sprintf("layer-%d", i)
-				if err := s.Create(id, ""); err != nil {
+				if err := s.Create(context.Background(), id, ""); err != nil {
 					b.Fatal(err)
 				}
 				unix.Sync()
@@ -297,7 +297,7 @@ func BenchmarkApplyDurable(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				if err := s.Remove(id); err != nil {
+				if err := s.Remove(context.Background(), id); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()

@@ -40,7 +40,7 @@ func TestApplyWhiteoutsTable(t *testing.T) {
 		parent := ""
 		for i, st := range steps {
 			id := string(rune('A' + i))
-			must(t, s.Create(id, parent))
+			must(t, s.Create(context.Background(), id, parent))
 			apply(t, s, id, mkTar(t, st.tar...))
 			equalList(t, "layer "+id, paths(t, get(t, s, id)), st.want)
 			put(t, s, id)
@@ -56,7 +56,7 @@ func TestApplyWhiteoutsTable(t *testing.T) {
 func TestOverlayTarRoundTrip(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
-		must(t, s.Create("lower", ""))
+		must(t, s.Create(context.Background(), "lower", ""))
 		apply(t, s, "lower", mkTar(t, dirE("d1/"), file("d1/x", "x"), dirE("d2/"), file("d2/x", "x"), dirE("d3/"), file("d3/f1", "f1")))
 		d1 := entry{name: "d1/", typ: tar.TypeDir, mode: 0o700}
 		d2 := entry{name: "d2/", typ: tar.TypeDir, mode: 0o750}
@@ -65,7 +65,7 @@ func TestOverlayTarRoundTrip(t *testing.T) {
 		f1.mode = 0o600
 		f2 := file("d2/f1", "f")
 		f2.mode = 0o660
-		must(t, s.Create("upper", "lower"))
+		must(t, s.Create(context.Background(), "upper", "lower"))
 		apply(t, s, "upper", mkTar(t, d1, file("d1/.wh..wh..opq", ""), f1, d2, file("d2/.wh..wh..opq", ""), f2, d3, file("d3/.wh.f1", "")))
 		equalList(t, "upper tar", tarNames(t, s, "upper"),
 			[]string{"d1/", "d1/.wh..wh..opq", "d1/f1", "d2/", "d2/.wh..wh..opq", "d2/f1", "d3/", "d3/.wh.f1"})
@@ -88,11 +88,11 @@ func TestWhiteoutAcrossLayers(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
 		p := entry{name: "p/", typ: tar.TypeDir, mode: 0o700, uid: 5, gid: 6}
-		must(t, s.Create("one", ""))
+		must(t, s.Create(context.Background(), "one", ""))
 		apply(t, s, "one", mkTar(t, dirE("x/"), file("x/old", "old"), p, file("p/q", "q")))
-		must(t, s.Create("two", "one"))
+		must(t, s.Create(context.Background(), "two", "one"))
 		apply(t, s, "two", mkTar(t, file(".wh.x", "")))
-		must(t, s.Create("three", "two"))
+		must(t, s.Create(context.Background(), "three", "two"))
 		apply(t, s, "three", mkTar(t, dirE("x/"), file("x/new", "new"), file("p/r", "r")))
 		root := get(t, s, "three")
 		equalList(t, "three", paths(t, root), []string{"/p", "/p/q", "/p/r", "/x", "/x/new"})
@@ -114,7 +114,7 @@ func TestInvalidWhiteoutNames(t *testing.T) {
 		s := newStore(t, fs, layout, noSync)
 		for i, name := range []string{".wh.", ".wh..", ".wh..."} {
 			id := string(rune('a' + i))
-			must(t, s.Create(id, ""))
+			must(t, s.Create(context.Background(), id, ""))
 			_, err := s.ApplyDiff(context.Background(), id, bytes.NewReader(mkTar(t, file(name, ""))))
 			if err == nil || !strings.Contains(err.Error(), name) {
 				t.Errorf("whiteout %q: %v", name, err)
@@ -167,7 +167,7 @@ func TestBreakoutTars(t *testing.T) {
 		for name, c := range cases {
 			i++
 			id := strings.ReplaceAll(name, "/", "-")
-			must(t, s.Create(id, ""))
+			must(t, s.Create(context.Background(), id, ""))
 			_, err := s.ApplyDiff(context.Background(), id, bytes.NewReader(mkTar(t, c.entries...)))
 			if err == nil {
 				t.Errorf("%s: applied", name)
@@ -218,7 +218,7 @@ func TestJunkTars(t *testing.T) {
 			"truncated-gzip": gzGood.Bytes()[:gzGood.Len()/2],
 		}
 		for name, in := range inputs {
-			must(t, s.Create(name, ""))
+			must(t, s.Create(context.Background(), name, ""))
 			if _, err := s.ApplyDiff(context.Background(), name, bytes.NewReader(in)); err == nil {
 				t.Errorf("%s: applied", name)
 				continue
@@ -233,9 +233,9 @@ func TestJunkTars(t *testing.T) {
 func TestNestedWhiteouts(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
-		must(t, s.Create("one", ""))
+		must(t, s.Create(context.Background(), "one", ""))
 		apply(t, s, "one", mkTar(t, dirE("foo/"), file("foo/bar", "b"), file("keep", "k")))
-		must(t, s.Create("two", "one"))
+		must(t, s.Create(context.Background(), "two", "one"))
 		_, err := s.ApplyDiff(context.Background(), "two", bytes.NewReader(mkTar(t, file(".wh.foo", ""), file("foo/.wh.bar", ""))))
 		if err != nil {
 			t.Fatalf("nested whiteouts refused: %v", err)

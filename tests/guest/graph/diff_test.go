@@ -33,14 +33,14 @@ func randFiles(t *testing.T, root string, n int, seed int64) {
 func TestDiffApply(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite("base", ""))
+		must(t, s.CreateReadWrite(context.Background(), "base", ""))
 		p := get(t, s, "base")
 		randFiles(t, p, 10, 3)
 		write(t, filepath.Join(p, "file-remove.txt"), "remove me", 0o644)
 		must(t, os.MkdirAll(filepath.Join(p, "var/lib"), 0o755))
 		put(t, s, "base")
 
-		must(t, s.CreateReadWrite("upper", "base"))
+		must(t, s.CreateReadWrite(context.Background(), "upper", "base"))
 		p = get(t, s, "upper")
 		randFiles(t, p, 10, 6)
 		must(t, os.Remove(filepath.Join(p, "file-remove.txt")))
@@ -52,7 +52,7 @@ func TestDiffApply(t *testing.T) {
 			t.Fatal("DiffSize of a layer that rewrote 10 files is 0")
 		}
 
-		must(t, s.Create("diff", "base"))
+		must(t, s.Create(context.Background(), "diff", "base"))
 		d := get(t, s, "diff")
 		if _, err := os.Stat(filepath.Join(d, "file-remove.txt")); err != nil {
 			t.Fatalf("new layer on base lacks file-remove.txt: %v", err)
@@ -84,7 +84,7 @@ func TestDiffApply(t *testing.T) {
 // re-creates deleted names and nests new directories under survivors.
 func populate(t *testing.T, s *graph.Store) {
 	t.Helper()
-	must(t, s.CreateReadWrite("L1", ""))
+	must(t, s.CreateReadWrite(context.Background(), "L1", ""))
 	p := get(t, s, "L1")
 	write(t, filepath.Join(p, "f1"), "one", 0o644)
 	write(t, filepath.Join(p, "f2"), "two", 0o644)
@@ -95,7 +95,7 @@ func populate(t *testing.T, s *graph.Store) {
 	write(t, filepath.Join(p, "d4/b"), "b", 0o644)
 	put(t, s, "L1")
 
-	must(t, s.CreateReadWrite("L2", "L1"))
+	must(t, s.CreateReadWrite(context.Background(), "L2", "L1"))
 	p = get(t, s, "L2")
 	must(t, os.Remove(filepath.Join(p, "f1")))
 	must(t, os.Remove(filepath.Join(p, "d1")))
@@ -106,7 +106,7 @@ func populate(t *testing.T, s *graph.Store) {
 	write(t, filepath.Join(p, "nd/x"), "x", 0o644)
 	put(t, s, "L2")
 
-	must(t, s.CreateReadWrite("L3", "L2"))
+	must(t, s.CreateReadWrite(context.Background(), "L3", "L2"))
 	p = get(t, s, "L3")
 	write(t, filepath.Join(p, "d2/new"), "again", 0o644)
 	write(t, filepath.Join(p, "f1"), "reborn", 0o644)
@@ -159,11 +159,11 @@ func TestPopulateChangesAndDiffs(t *testing.T) {
 		must(t, copyTree(l3, ref))
 		put(t, s, "L3")
 		for _, id := range []string{"L3", "L2", "L1"} {
-			must(t, s.Remove(id))
+			must(t, s.Remove(context.Background(), id))
 		}
 		parent := ""
 		for _, id := range []string{"L1", "L2", "L3"} {
-			must(t, s.Create(id, parent))
+			must(t, s.Create(context.Background(), id, parent))
 			if n := apply(t, s, id, tars[id]); n != sizes[id] {
 				t.Errorf("re-applied %s: size %d, was %d", id, n, sizes[id])
 			}
@@ -244,7 +244,7 @@ func checkSteps(t *testing.T, fs guesttest.FS, layout graph.Layout, steps []step
 	for i, st := range steps {
 		rw := fmt.Sprintf("rw-%d", i)
 		img := fmt.Sprintf("img-%d", i)
-		must(t, s.CreateReadWrite(rw, top))
+		must(t, s.CreateReadWrite(context.Background(), rw, top))
 		p := get(t, s, rw)
 		sameTree(t, fmt.Sprintf("step %d before change", i), p, flat)
 		st(t, p)
@@ -252,11 +252,11 @@ func checkSteps(t *testing.T, fs guesttest.FS, layout graph.Layout, steps []step
 		sameTree(t, fmt.Sprintf("step %d container layer", i), p, flat)
 		put(t, s, rw)
 		tarball := diffBytes(t, s, rw)
-		must(t, s.Create(img, top))
+		must(t, s.Create(context.Background(), img, top))
 		apply(t, s, img, tarball)
 		sameTree(t, fmt.Sprintf("step %d image layer", i), get(t, s, img), flat)
 		put(t, s, img)
-		must(t, s.Remove(rw))
+		must(t, s.Remove(context.Background(), rw))
 		top = img
 		if t.Failed() {
 			return
@@ -445,7 +445,7 @@ func TestLayers128Mount(t *testing.T) {
 		parent := ""
 		for i := 0; i < 128; i++ {
 			id := fmt.Sprintf("c%03d", i)
-			must(t, s.CreateReadWrite(id, parent))
+			must(t, s.CreateReadWrite(context.Background(), id, parent))
 			p := get(t, s, id)
 			// The view before the change is the parent's, compared after
 			// its own change already; check it again now and then only,
@@ -463,7 +463,7 @@ func TestLayers128Mount(t *testing.T) {
 			parent = id
 		}
 		prev := fmt.Sprintf("c%03d", 126)
-		must(t, s.Create("image", prev))
+		must(t, s.Create(context.Background(), "image", prev))
 		apply(t, s, "image", diffBytes(t, s, parent))
 		sameTree(t, "image from the top's diff", get(t, s, "image"), flat)
 		put(t, s, "image")
@@ -477,13 +477,13 @@ func TestChangesEcho(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
 		levels := []string{"0", "1", "2", "3", "4", "5", "6", "7", "8"}
-		must(t, s.CreateReadWrite("base", ""))
+		must(t, s.CreateReadWrite(context.Background(), "base", ""))
 		p := get(t, s, "base")
 		write(t, filepath.Join(append([]string{p}, append(levels, "file")...)...), "x", 0o644)
 		put(t, s, "base")
 		for d := 0; d <= 8; d++ {
 			child, grand := fmt.Sprintf("child-%d", d), fmt.Sprintf("grand-%d", d)
-			must(t, s.CreateReadWrite(child, "base"))
+			must(t, s.CreateReadWrite(context.Background(), child, "base"))
 			p := get(t, s, child)
 			must(t, os.RemoveAll(filepath.Join(append([]string{p}, levels[:d+1]...)...)))
 			put(t, s, child)
@@ -494,7 +494,7 @@ func TestChangesEcho(t *testing.T) {
 			want = append(want, "D /"+filepath.Join(levels[:d+1]...))
 			equalList(t, child, changes(t, s, child), want)
 
-			must(t, s.CreateReadWrite(grand, child))
+			must(t, s.CreateReadWrite(context.Background(), grand, child))
 			p = get(t, s, grand)
 			write(t, filepath.Join(append([]string{p}, append(levels, "file")...)...), "y", 0o644)
 			put(t, s, grand)
@@ -518,7 +518,7 @@ func TestChangesEcho(t *testing.T) {
 func TestChangesWithinOneSecond(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
-		must(t, s.CreateReadWrite("base", ""))
+		must(t, s.CreateReadWrite(context.Background(), "base", ""))
 		p := get(t, s, "base")
 		write(t, filepath.Join(p, "etc/hosts"), "aaaa", 0o644)
 		must(t, os.Symlink("libc-2.1.so", filepath.Join(p, "etc/libc.so")))
@@ -526,7 +526,7 @@ func TestChangesWithinOneSecond(t *testing.T) {
 		parent := "base"
 		for i := 0; i < 5; i++ {
 			id := fmt.Sprintf("content-%d", i)
-			must(t, s.CreateReadWrite(id, parent))
+			must(t, s.CreateReadWrite(context.Background(), id, parent))
 			p := get(t, s, id)
 			hosts := filepath.Join(p, "etc/hosts")
 			var before unix.Stat_t
@@ -537,14 +537,14 @@ func TestChangesWithinOneSecond(t *testing.T) {
 			equalList(t, id, changes(t, s, id), []string{"C /etc", "C /etc/hosts"})
 
 			mid := fmt.Sprintf("mode-%d", i)
-			must(t, s.CreateReadWrite(mid, id))
+			must(t, s.CreateReadWrite(context.Background(), mid, id))
 			p = get(t, s, mid)
 			must(t, os.Chmod(filepath.Join(p, "etc/hosts"), os.FileMode(0o600+i)))
 			put(t, s, mid)
 			equalList(t, mid, changes(t, s, mid), []string{"C /etc", "C /etc/hosts"})
 			parent = mid
 		}
-		must(t, s.CreateReadWrite("relink", parent))
+		must(t, s.CreateReadWrite(context.Background(), "relink", parent))
 		p = get(t, s, "relink")
 		l := filepath.Join(p, "etc/libc.so")
 		var before unix.Stat_t

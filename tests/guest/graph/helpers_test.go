@@ -93,7 +93,7 @@ func must(t testing.TB, err error) {
 
 func get(t *testing.T, s *graph.Store, id string) string {
 	t.Helper()
-	p, err := s.Get(id)
+	p, err := s.Get(context.Background(), id)
 	if err != nil {
 		t.Fatalf("get %s: %v", id, err)
 	}
@@ -102,7 +102,7 @@ func get(t *testing.T, s *graph.Store, id string) string {
 
 func put(t *testing.T, s *graph.Store, id string) {
 	t.Helper()
-	if err := s.Put(id); err != nil {
+	if err := s.Put(context.Background(), id); err != nil {
 		t.Fatalf("put %s: %v", id, err)
 	}
 }

@@ -3,6 +3,7 @@
 package graphsuite
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -54,7 +55,7 @@ func TestStatusProbes(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(home, "features.json")); err != nil {
 			t.Errorf("probe result not cached: %v", err)
 		}
-		must(t, s.CreateReadWrite("c", ""))
+		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		// The kernel shows index= only when it differs from the module
 		// default: with the default turned on, a layer mount must say off
 		// (containerd #4311: index=on makes leaked mounts EBUSY).
@@ -106,16 +107,16 @@ func TestNativeDiffWithRedirectAndMetacopy(t *testing.T) {
 			}
 			guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 				s := newStore(t, fs, graph.LayoutOverlay, noSync)
-				must(t, s.Create("base", ""))
+				must(t, s.Create(context.Background(), "base", ""))
 				apply(t, s, "base", mkTar(t, dirE("dir/"), file("dir/a", "aaaa"), dirE("dir/sub/"), file("dir/sub/b", "bb"), file("big", strings.Repeat("z", 100000))))
-				must(t, s.CreateReadWrite("rw", "base"))
+				must(t, s.CreateReadWrite(context.Background(), "rw", "base"))
 				p := get(t, s, "rw")
 				must(t, os.Rename(filepath.Join(p, "dir"), filepath.Join(p, "moved")))
 				must(t, os.Chmod(filepath.Join(p, "big"), 0o600))
 				put(t, s, "rw")
 				want := []string{"C /big", "D /dir", "A /moved", "A /moved/a", "A /moved/sub", "A /moved/sub/b"}
 				equalList(t, "changes", changes(t, s, "rw"), want)
-				must(t, s.Create("img", "base"))
+				must(t, s.Create(context.Background(), "img", "base"))
 				apply(t, s, "img", diffBytes(t, s, "rw"))
 				sameTree(t, "applied diff", get(t, s, "img"), get(t, s, "rw"))
 				put(t, s, "img")
@@ -131,7 +132,7 @@ func TestMountsUseStrictUpper(t *testing.T) {
 	guesttest.Proves(t, "ovl: add strict_upper option to fail instead of degrading")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		s := newStore(t, fs, graph.LayoutOverlay)
-		must(t, s.CreateReadWrite("c", ""))
+		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p := get(t, s, "c")
 		if opts := mountOptions(t, p); !strings.Contains(opts, "strict_upper") {
 			t.Errorf("layer mount options %q lack strict_upper", opts)
@@ -145,7 +146,7 @@ func TestFsyncStrictOption(t *testing.T) {
 	guesttest.Proves(t, "ovl: add fsync=auto|strict|volatile mount option")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		s := newStore(t, fs, graph.LayoutOverlay, func(o *graph.Options) { o.FsyncStrict = true })
-		must(t, s.CreateReadWrite("c", ""))
+		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p := get(t, s, "c")
 		if opts := mountOptions(t, p); !strings.Contains(opts, "fsync=strict") {
 			t.Errorf("layer mount options %q lack fsync=strict", opts)
@@ -174,9 +175,9 @@ func TestStatusCopyUpStats(t *testing.T) {
 			t.Fatalf("probe finds no copy-up statistics: %s", f.Notes["copyup_stats"])
 		}
 		const data = "lower data"
-		must(t, s.Create("base", ""))
+		must(t, s.Create(context.Background(), "base", ""))
 		apply(t, s, "base", mkTar(t, file("f", data)))
-		must(t, s.CreateReadWrite("c", "base"))
+		must(t, s.CreateReadWrite(context.Background(), "c", "base"))
 		p := get(t, s, "c")
 		before, err := s.Status()
 		must(t, err)
@@ -238,9 +239,9 @@ func TestUserxattrStore(t *testing.T) {
 			return
 		}
 		s := newStore(t, fs, layout, func(o *graph.Options) { o.Userxattr = true })
-		must(t, s.Create("one", ""))
+		must(t, s.Create(context.Background(), "one", ""))
 		apply(t, s, "one", mkTar(t, dirE("d/"), file("d/x", "x"), file("z", "z")))
-		must(t, s.Create("two", "one"))
+		must(t, s.Create(context.Background(), "two", "one"))
 		apply(t, s, "two", mkTar(t, dirE("d/"), file("d/.wh..wh..opq", ""), file("d/y", "y"), file(".wh.z", "")))
 		root := get(t, s, "two")
 		equalList(t, "two", paths(t, root), []string{"/d", "/d/y"})
@@ -250,13 +251,13 @@ func TestUserxattrStore(t *testing.T) {
 		put(t, s, "two")
 		equalList(t, "two tar", sorted(tarNames(t, s, "two")), []string{".wh.z", "d/", "d/.wh..wh..opq", "d/y"})
 		equalList(t, "two changes", changes(t, s, "two"), []string{"C /d", "D /d/x", "A /d/y", "D /z"})
-		must(t, s.CreateReadWrite("ctr", "two"))
+		must(t, s.CreateReadWrite(context.Background(), "ctr", "two"))
 		p := get(t, s, "ctr")
 		must(t, os.RemoveAll(filepath.Join(p, "d")))
 		must(t, os.Mkdir(filepath.Join(p, "d"), 0o755))
 		write(t, filepath.Join(p, "d/w"), "w", 0o644)
 		put(t, s, "ctr")
-		must(t, s.Create("three", "two"))
+		must(t, s.Create(context.Background(), "three", "two"))
 		apply(t, s, "three", diffBytes(t, s, "ctr"))
 		equalList(t, "three", paths(t, get(t, s, "three")), []string{"/d", "/d/w"})
 		put(t, s, "three")
@@ -270,9 +271,9 @@ func TestUserxattrStore(t *testing.T) {
 func TestVolatileRemount(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, func(o *graph.Options) { o.Volatile = true })
-		must(t, s.Create("img", ""))
+		must(t, s.Create(context.Background(), "img", ""))
 		apply(t, s, "img", mkTar(t, file("f", "base")))
-		must(t, s.CreateReadWrite("c", "img"))
+		must(t, s.CreateReadWrite(context.Background(), "c", "img"))
 		p := get(t, s, "c")
 		if opts := mountOptions(t, p); !strings.Contains(opts, "volatile") {
 			t.Errorf("volatile store mounted a container layer with %q", opts)
@@ -294,7 +295,7 @@ func TestVolatileRemount(t *testing.T) {
 
 		// As after a reboot: the recorded boot is another one.
 		must(t, unix.Setxattr(filepath.Join(s.Home(), "layers", "c"), "trusted.ovlkit.volatile", []byte("an earlier boot"), 0))
-		if _, err := s.Get("c"); !errors.Is(err, graph.ErrVolatileLost) {
+		if _, err := s.Get(context.Background(), "c"); !errors.Is(err, graph.ErrVolatileLost) {
 			t.Errorf("get after a reboot: %v, want ErrVolatileLost", err)
 		}
 	})

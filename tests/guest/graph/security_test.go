@@ -5,6 +5,7 @@ package graphsuite
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -343,9 +344,9 @@ func TestHostUserCannotReachLayers(t *testing.T) {
 			}
 			s.Close()
 		})
-		must(t, s.Create("image", ""))
+		must(t, s.Create(context.Background(), "image", ""))
 		apply(t, s, "image", hostileLayer(t, exe, disk))
-		must(t, s.CreateReadWrite("ctr", "image"))
+		must(t, s.CreateReadWrite(context.Background(), "ctr", "image"))
 		ctr := get(t, s, "ctr")
 		defer put(t, s, "ctr")
 		img := get(t, s, "image")
@@ -494,8 +495,8 @@ func TestOpenTightensStore(t *testing.T) {
 		create.Create = true
 		s, err := graph.Open(home, create)
 		must(t, err)
-		must(t, s.Create("a", ""))
-		must(t, s.CreateReadWrite("b", "a"))
+		must(t, s.Create(context.Background(), "a", ""))
+		must(t, s.CreateReadWrite(context.Background(), "b", "a"))
 		must(t, s.Close())
 		dirs := []string{home}
 		for _, d := range []string{"layers", "l", "empty", "staging", "layers/a", "layers/b"} {

@@ -64,15 +64,15 @@ func TestVerifyRepairOnDisk(t *testing.T) {
 			"leaf": mkTar(t, file("leaf", strings.Repeat("leaf", 2000))),
 			"rw":   mkTar(t, file("rw", "applied")),
 		}
-		must(t, s.Create("base", ""))
+		must(t, s.Create(context.Background(), "base", ""))
 		apply(t, s, "base", tars["base"])
 		for _, id := range []string{"app", "leaf"} {
-			must(t, s.Create(id, "base"))
+			must(t, s.Create(context.Background(), id, "base"))
 			apply(t, s, id, tars[id])
 		}
-		must(t, s.CreateReadWrite("rw", "base"))
+		must(t, s.CreateReadWrite(context.Background(), "rw", "base"))
 		apply(t, s, "rw", tars["rw"])
-		must(t, s.CreateReadWrite("ctr", "app"))
+		must(t, s.CreateReadWrite(context.Background(), "ctr", "app"))
 		sound := map[string]graph.LayerState{"base": graph.StateOK, "app": graph.StateOK, "leaf": graph.StateOK,
 			"rw": graph.StateOK, "ctr": graph.StateEmpty}
 		wantStates(t, s, sound)
@@ -132,7 +132,7 @@ func TestVerifyRepairOnDisk(t *testing.T) {
 			t.Fatalf("base after repair: %s %v", r.State, r.Damage)
 		}
 		checkClean(t, s)
-		if _, err := s.Get("ctr"); !errors.Is(err, graph.ErrNeedsApply) {
+		if _, err := s.Get(context.Background(), "ctr"); !errors.Is(err, graph.ErrNeedsApply) {
 			t.Errorf("get of a container on a reset layer: %v, want ErrNeedsApply", err)
 		}
 		apply(t, s, "base", tars["base"])
