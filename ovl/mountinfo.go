@@ -3,6 +3,7 @@ package ovl
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/moby/sys/mountinfo"
 )
@@ -28,3 +29,28 @@ func deepestFirst(infos []*mountinfo.Info) []string {
 	sort.SliceStable(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
 	return out
 }
+
+// UnescapeMountField decodes one field of /proc/*/mounts or mountinfo as
+// the kernel escaped it: a backslash and three octal digits stand for a
+// byte. Paths have their space, tab, newline and backslash escaped so
+// (mangle_path), and an option value, such as a lowerdir= list, also its
+// comma and equals sign (seq_show_option). Anything else is kept as it
+// is, so an unescaped field comes back unchanged.
+func UnescapeMountField(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) && s[i+1] <= '3' {
+			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
+			i += 3
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isOctal(c byte) bool { return '0' <= c && c <= '7' }

@@ -34,3 +34,24 @@ func TestMountsBeneath(t *testing.T) {
 		t.Errorf("MountsBeneath of an unmounted directory = %q", none)
 	}
 }
+
+func TestUnescapeMountField(t *testing.T) {
+	for in, want := range map[string]string{
+		"/plain":                       "/plain",
+		`/a\040b`:                      "/a b",
+		`/t\011ab\012nl\134bs`:         "/t\tab\nnl\\bs",
+		`l1\054x\072y:l2`:              "l1,x:y:l2",
+		`/end\`:                        `/end\`,
+		`/short\04`:                    `/short\04`,
+		`/not\089octal`:                `/not\089octal`,
+		`/over\400`:                    `/over\400`,
+		`\134\134`:                     `\\`,
+		`/\303\251t\303\251`:           "/été",
+		`/mixed\040\`:                  `/mixed \`,
+		`lowerdir=/a\054b,upperdir=/u`: "lowerdir=/a,b,upperdir=/u",
+	} {
+		if got := UnescapeMountField(in); got != want {
+			t.Errorf("UnescapeMountField(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/ovl"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -133,7 +134,7 @@ func superOptions(t testing.TB, mountPoint string) string {
 		}
 		f := strings.Fields(pre)
 		g := strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 || unmangle(f[4]) != mountPoint {
+		if len(f) < 5 || len(g) < 3 || ovl.UnescapeMountField(f[4]) != mountPoint {
 			continue
 		}
 		found, ok = g[2], true // the last mount on a point is the visible one
@@ -157,11 +158,6 @@ func optionSet(opts string) []string {
 		out = append(out, o)
 	}
 	return out
-}
-
-func unmangle(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 func exists(path string) (bool, error) {

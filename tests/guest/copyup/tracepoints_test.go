@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/ovl"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -27,7 +28,7 @@ func mountDev(t testing.TB, mountPoint string) string {
 	dev := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && unmangle(f[4]) == mountPoint {
+		if len(f) > 4 && ovl.UnescapeMountField(f[4]) == mountPoint {
 			dev = f[2]
 		}
 	}
@@ -51,7 +52,7 @@ func mountDevOf(t testing.TB, path string) string {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unmangle(f[4])
+		mp := ovl.UnescapeMountField(f[4])
 		if (path == mp || strings.HasPrefix(path, strings.TrimSuffix(mp, "/")+"/")) && len(mp) >= best {
 			dev, best = f[2], len(mp)
 		}

@@ -412,7 +412,7 @@ func mountedIn(t *testing.T, pid int, path string) bool {
 	must(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == path {
+		if len(f) > 4 && ovl.UnescapeMountField(f[4]) == path {
 			return true
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/ovl"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -24,7 +25,7 @@ func mountOptions(t *testing.T, path string) string {
 	must(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 4 && f[4] == path {
+		if len(f) > 4 && ovl.UnescapeMountField(f[4]) == path {
 			if i := strings.Index(line, " - "); i >= 0 {
 				return line[i+3:]
 			}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/ovl"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -183,7 +184,7 @@ func overlaysBelow(home string) (mounts, dirs []string, err error) {
 		if !ok || len(f) < 5 || len(g) < 3 || g[0] != "overlay" {
 			continue
 		}
-		mp := unescapeOctal(f[4])
+		mp := ovl.UnescapeMountField(f[4])
 		if !strings.HasPrefix(mp, home+"/") {
 			continue
 		}
@@ -194,7 +195,7 @@ func overlaysBelow(home string) (mounts, dirs []string, err error) {
 				continue
 			}
 			for _, d := range strings.Split(v, ":") {
-				d = unescapeOctal(d)
+				d = ovl.UnescapeMountField(d)
 				if !filepath.IsAbs(d) {
 					// The relative form of the mount data names the
 					// short links in home/l.
@@ -205,10 +206,6 @@ func overlaysBelow(home string) (mounts, dirs []string, err error) {
 		}
 	}
 	return mounts, dirs, nil
-}
-
-func unescapeOctal(s string) string {
-	return strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\054`, ",", `\134`, `\`).Replace(s)
 }
 
 // hostileLayer is the image layer of the finding: a root of mode 0777, a
@@ -281,7 +278,7 @@ func perMountOptions(t *testing.T, path string) []string {
 	must(t, err)
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 5 && unescapeOctal(f[4]) == path {
+		if len(f) > 5 && ovl.UnescapeMountField(f[4]) == path {
 			return strings.Split(f[5], ",")
 		}
 	}

@@ -21,6 +21,8 @@ import (
 
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/ovl"
 )
 
 // ProofMarker starts the log line by which a test tells the harness which
@@ -280,7 +282,7 @@ func readMounts() ([]mount, error) {
 	var out []mount
 	for _, line := range strings.Split(string(b), "\n") {
 		if f := strings.Fields(line); len(f) >= 2 {
-			out = append(out, mount{f[0], unescapeMount(f[1])})
+			out = append(out, mount{f[0], ovl.UnescapeMountField(f[1])})
 		}
 	}
 	return out, nil
@@ -317,11 +319,6 @@ func UnmountBeneath(t testing.TB, dir string) {
 			t.Errorf("unmount %s: %v", mp, err)
 		}
 	}
-}
-
-func unescapeMount(s string) string {
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
 }
 
 // Layers is the set of directories of one overlay mount.
