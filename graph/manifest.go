@@ -567,34 +567,13 @@ type inodeID struct {
 
 // listXattrs returns the xattrs of p, sorted, without ignoredXattrs.
 func listXattrs(p string) ([]xattr, error) {
-	sz, err := unix.Llistxattr(p, nil)
+	m, err := layer.ReadXattrs(p, func(name string) bool { return !ignoredXattrs[name] })
 	if err != nil {
-		if errors.Is(err, unix.ENOTSUP) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
-	}
-	if sz == 0 {
-		return nil, nil
-	}
-	buf := make([]byte, sz)
-	if sz, err = unix.Llistxattr(p, buf); err != nil {
-		return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
+		return nil, err
 	}
 	var out []xattr
-	for _, name := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
-		if name == "" || ignoredXattrs[name] {
-			continue
-		}
-		vsz, err := unix.Lgetxattr(p, name, nil)
-		if err != nil {
-			return nil, fmt.Errorf("read xattr %s of %s: %w", name, p, err)
-		}
-		val := make([]byte, vsz)
-		if vsz, err = unix.Lgetxattr(p, name, val); err != nil {
-			return nil, fmt.Errorf("read xattr %s of %s: %w", name, p, err)
-		}
-		out = append(out, xattr{name, val[:vsz]})
+	for name, val := range m {
+		out = append(out, xattr{name, val})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

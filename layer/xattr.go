@@ -45,6 +45,15 @@ func lgetxattr(path, name string) ([]byte, bool, error) {
 // listXattrs returns every xattr of path except overlayfs' own, without
 // following a final symlink.
 func listXattrs(path string) (map[string][]byte, error) {
+	return ReadXattrs(path, func(name string) bool { return !ovl.IsPrivate(name) })
+}
+
+// ReadXattrs returns the xattrs of path whose names keep accepts (all of
+// them when keep is nil), without following a final symlink; nil when
+// there are none or the filesystem has no xattrs. One removed while they
+// are read is left out. It is the one reader of xattr sets: tar layers
+// and the store's manifests agree on what a file holds.
+func ReadXattrs(path string, keep func(name string) bool) (map[string][]byte, error) {
 	sz, err := unix.Llistxattr(path, nil)
 	if err != nil {
 		if errors.Is(err, unix.EOPNOTSUPP) {
@@ -69,7 +78,7 @@ func listXattrs(path string) (map[string][]byte, error) {
 	}
 	var out map[string][]byte
 	for _, name := range bytes.Split(buf[:sz], []byte{0}) {
-		if len(name) == 0 || ovl.IsPrivate(string(name)) {
+		if len(name) == 0 || (keep != nil && !keep(string(name))) {
 			continue
 		}
 		v, ok, err := lgetxattr(path, string(name))
