@@ -17,8 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/moby/sys/mountinfo"
 )
 
 // Subjects of the patches that add the mount options these tests show,
@@ -69,25 +67,4 @@ func copyUp(t testing.TB, merged, name string) {
 	if err := f.Close(); err != nil {
 		t.Fatalf("close %s: %v", p, err)
 	}
-}
-
-// overlayEntry returns the mountinfo entry of the overlay mounted at
-// mountPoint, as github.com/moby/sys/mountinfo parses it. The last entry
-// for a mount point is the visible one.
-func overlayEntry(t testing.TB, mountPoint string) *mountinfo.Info {
-	t.Helper()
-	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("overlay"))
-	if err != nil {
-		t.Fatalf("moby/sys/mountinfo GetMounts: %v", err)
-	}
-	var found *mountinfo.Info
-	for _, info := range infos {
-		if info.Mountpoint == mountPoint {
-			found = info
-		}
-	}
-	if found == nil {
-		t.Fatalf("moby/sys/mountinfo lists no overlay mounted on %s (overlays it found: %d)", mountPoint, len(infos))
-	}
-	return found
 }

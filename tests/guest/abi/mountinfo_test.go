@@ -42,7 +42,7 @@ func checkMountinfo(t *testing.T, fs guesttest.FS, cases []optionCase) {
 			}
 			continue
 		}
-		info := overlayEntry(t, l.Merged)
+		info := guesttest.OverlayEntry(t, l.Merged)
 		if info.FSType != "overlay" || info.Source != "overlay" {
 			t.Errorf("mount with %v: moby/sys/mountinfo reads fstype %q source %q, want overlay and overlay", c.opts, info.FSType, info.Source)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -84,7 +85,7 @@ func BenchmarkCopyUpFile(b *testing.B) {
 
 func benchCopyUpFile(b *testing.B, upper, lowerFS guesttest.FS, mode benchMode, size int) {
 	lower := filepath.Join(lowerFS.Scratch(b, ""), "lower")
-	mkdir(b, lower, 0o755)
+	guestfs.Mkdir(b, lower, 0o755)
 	data := pattern(size)
 	for i := 0; i < b.N; i++ {
 		if err := os.WriteFile(filepath.Join(lower, fmt.Sprint(i)), data, 0o644); err != nil {
@@ -149,11 +150,11 @@ func BenchmarkCopyUpTree(b *testing.B) {
 
 func makeTree(b *testing.B, root string, dirs int) {
 	b.Helper()
-	mkdir(b, root, 0o755)
+	guestfs.Mkdir(b, root, 0o755)
 	data := pattern(treeSize)
 	for d := 0; d < dirs; d++ {
 		dir := filepath.Join(root, fmt.Sprintf("d%03d", d))
-		mkdir(b, dir, 0o755)
+		guestfs.Mkdir(b, dir, 0o755)
 		for f := 0; f < treeFiles; f++ {
 			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%03d", f)), data, 0o644); err != nil {
 				b.Fatalf("write tree: %v", err)

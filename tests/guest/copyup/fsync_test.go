@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -22,7 +23,7 @@ func lowerTree(t testing.TB, lower string) {
 	t.Helper()
 	writeFile(t, filepath.Join(lower, "f"), 64<<10, 0o640)
 	chown(t, filepath.Join(lower, "f"), 1234, 5678)
-	mkdir(t, filepath.Join(lower, "d"), 0o750)
+	guestfs.Mkdir(t, filepath.Join(lower, "d"), 0o750)
 	chown(t, filepath.Join(lower, "d"), 1234, 5678)
 	writeFile(t, filepath.Join(lower, "m"), 4<<10, 0o600)
 }
@@ -31,7 +32,7 @@ func lowerTree(t testing.TB, lower string) {
 // lower inode.
 func sameAttrs(t testing.TB, lower, upper string) {
 	t.Helper()
-	a, b := lstat(t, lower), lstat(t, upper)
+	a, b := guestfs.Lstat(t, lower), guestfs.Lstat(t, upper)
 	if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid {
 		t.Fatalf("copy up %s has mode %o owner %d:%d, lower has mode %o owner %d:%d",
 			upper, b.Mode, b.Uid, b.Gid, a.Mode, a.Uid, a.Gid)
@@ -75,10 +76,7 @@ func TestFsyncOptionValues(t *testing.T) {
 		if !slices.Equal(shown, want) {
 			t.Errorf("mount with %v shows %v in %q, want %v", c.opts, shown, opts, want)
 		}
-		dirty, err := exists(filepath.Join(l.Work, "work", "incompat", "volatile", "dirty"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		dirty := guestfs.Exists(t, filepath.Join(l.Work, "work", "incompat", "volatile", "dirty"))
 		if dirty != c.vol {
 			t.Errorf("mount with %v: volatile dirty marker exists=%v, want %v", c.opts, dirty, c.vol)
 		}
@@ -106,7 +104,7 @@ func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
 
 	tr.clear(t)
 	openForWrite(t, filepath.Join(l.Merged, "f"))
-	seq := forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "f")))
+	seq := forInode(tr.events(t), guestfs.Lstat(t, filepath.Join(l.Upper, "f")))
 	sync, attr := lastIndex(seq, "xfs_file_fsync"), lastIndex(seq, "xfs_setattr")
 	if attr < 0 || sync < attr {
 		t.Errorf("regular file copy up: events for the upper inode %v, want xfs_file_fsync after the last xfs_setattr", seq)
@@ -116,7 +114,7 @@ func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
 
 	tr.clear(t)
 	writeFile(t, filepath.Join(l.Merged, "d", "new"), 10, 0o644)
-	seq = forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "d")))
+	seq = forInode(tr.events(t), guestfs.Lstat(t, filepath.Join(l.Upper, "d")))
 	sync, attr = lastIndex(seq, "xfs_dir_fsync"), lastIndex(seq, "xfs_setattr")
 	if attr < 0 || sync < attr {
 		t.Errorf("directory copy up: events for the upper inode %v, want xfs_dir_fsync after the last xfs_setattr", seq)
@@ -130,13 +128,13 @@ func TestFsyncStrictSyncsAfterMetadata(t *testing.T) {
 	if err := os.Chmod(filepath.Join(l.Merged, "m"), 0o604); err != nil {
 		t.Fatalf("chmod: %v", err)
 	}
-	seq = forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "m")))
+	seq = forInode(tr.events(t), guestfs.Lstat(t, filepath.Join(l.Upper, "m")))
 	// The chmod itself is the one xfs_setattr after the copy up.
 	sync = lastIndex(seq, "xfs_file_fsync")
 	if sync < 1 || seq[sync-1] != "xfs_setattr" || !slices.Equal(seq[sync+1:], []string{"xfs_setattr"}) {
 		t.Errorf("metadata-only copy up: events for the upper inode %v, want attributes set, xfs_file_fsync, then the chmod's xfs_setattr", seq)
 	}
-	if st := lstat(t, filepath.Join(l.Upper, "m")); st.Size != 4<<10 || st.Blocks != 0 {
+	if st := guestfs.Lstat(t, filepath.Join(l.Upper, "m")); st.Size != 4<<10 || st.Blocks != 0 {
 		t.Errorf("metadata-only copy up has size %d and %d blocks, want 4096 and no data", st.Size, st.Blocks)
 	}
 }
@@ -154,7 +152,7 @@ func TestFsyncAutoKeepsDataSync(t *testing.T) {
 
 	tr.clear(t)
 	openForWrite(t, filepath.Join(l.Merged, "f"))
-	seq := forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "f")))
+	seq := forInode(tr.events(t), guestfs.Lstat(t, filepath.Join(l.Upper, "f")))
 	sync, attr := firstIndex(seq, "xfs_file_fsync"), firstIndex(seq, "xfs_setattr")
 	if sync < 0 || attr < sync {
 		t.Errorf("regular file copy up: events for the upper inode %v, want one xfs_file_fsync before the attributes are set", seq)
@@ -162,7 +160,7 @@ func TestFsyncAutoKeepsDataSync(t *testing.T) {
 
 	tr.clear(t)
 	writeFile(t, filepath.Join(l.Merged, "d", "new"), 10, 0o644)
-	seq = forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "d")))
+	seq = forInode(tr.events(t), guestfs.Lstat(t, filepath.Join(l.Upper, "d")))
 	if slices.Contains(seq, "xfs_dir_fsync") {
 		t.Errorf("directory copy up synced the directory by default: %v", seq)
 	}
@@ -180,7 +178,7 @@ func TestFsyncStrictBeforeRename(t *testing.T) {
 	l := splitLayers(t, ext4)
 	lowerTree(t, l.Lower[0])
 	l.Mount(t, "fsync=strict")
-	work := lstat(t, filepath.Join(l.Work, "work"))
+	work := guestfs.Lstat(t, filepath.Join(l.Work, "work"))
 	tr := newTrace(t, "ext4/ext4_sync_file_enter")
 
 	for _, c := range []struct {
@@ -192,7 +190,7 @@ func TestFsyncStrictBeforeRename(t *testing.T) {
 	} {
 		tr.clear(t)
 		c.do()
-		st := lstat(t, filepath.Join(l.Upper, c.name))
+		st := guestfs.Lstat(t, filepath.Join(l.Upper, c.name))
 		var syncs []traceEvent
 		for _, e := range named(tr.events(t), "ext4_sync_file_enter") {
 			if e.isInode(st) {
@@ -224,17 +222,14 @@ func TestFsyncVolatileAlias(t *testing.T) {
 			t.Fatalf("mount with %s: %v", opt, err)
 		}
 		shown = append(shown, optionSet(superOptions(t, l.Merged)))
-		dirty, err := exists(filepath.Join(l.Work, "work", "incompat", "volatile", "dirty"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		dirty := guestfs.Exists(t, filepath.Join(l.Work, "work", "incompat", "volatile", "dirty"))
 		if !dirty {
 			t.Errorf("mount with %s made no volatile dirty marker", opt)
 		}
 		tr := newTrace(t, xfsSyncEvents...)
 		tr.clear(t)
 		openForWrite(t, filepath.Join(l.Merged, "f"))
-		seq := forInode(tr.events(t), lstat(t, filepath.Join(l.Upper, "f")))
+		seq := forInode(tr.events(t), guestfs.Lstat(t, filepath.Join(l.Upper, "f")))
 		if slices.Contains(seq, "xfs_file_fsync") {
 			t.Errorf("mount with %s synced a copy up: %v", opt, seq)
 		}
@@ -290,7 +285,7 @@ func TestFsyncStrictMetacopyDataOrder(t *testing.T) {
 		t.Fatalf("chmod: %v", err)
 	}
 	upper := filepath.Join(l.Upper, "m")
-	if st := lstat(t, upper); st.Blocks != 0 {
+	if st := guestfs.Lstat(t, upper); st.Blocks != 0 {
 		t.Fatalf("metadata-only copy up of m has %d blocks, want none", st.Blocks)
 	}
 	if _, err := unix.Lgetxattr(upper, "trusted.overlay.metacopy", nil); err != nil {
@@ -299,7 +294,7 @@ func TestFsyncStrictMetacopyDataOrder(t *testing.T) {
 
 	tr.clear(t)
 	openForWrite(t, filepath.Join(l.Merged, "m"))
-	st := lstat(t, upper)
+	st := guestfs.Lstat(t, upper)
 	var seq []string
 	for _, e := range tr.events(t) {
 		if !e.isInode(st) {

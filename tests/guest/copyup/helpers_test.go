@@ -7,16 +7,13 @@ package copyup
 
 import (
 	"bytes"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -34,19 +31,8 @@ func splitLayers(t testing.TB, upper guesttest.FS) guesttest.Layers {
 	l := guesttest.NewLayers(t, upper.Scratch(t, ""), 1)
 	lowerBase := guesttest.FS{Name: "tmpfs"}.Scratch(t, "")
 	l.Lower[0] = filepath.Join(lowerBase, "lower")
-	mkdir(t, l.Lower[0], 0o755)
+	guestfs.Mkdir(t, l.Lower[0], 0o755)
 	return l
-}
-
-func mkdir(t testing.TB, path string, mode os.FileMode) {
-	t.Helper()
-	if err := os.Mkdir(path, mode); err != nil {
-		t.Fatalf("mkdir %s: %v", path, err)
-	}
-	// Mkdir applies the umask; the tests compare modes exactly.
-	if err := os.Chmod(path, mode); err != nil {
-		t.Fatalf("chmod %s: %v", path, err)
-	}
 }
 
 // writeFile writes size bytes of a pattern that is never all zeros, so no
@@ -76,15 +62,6 @@ func chown(t testing.TB, path string, uid, gid int) {
 	}
 }
 
-func lstat(t testing.TB, path string) unix.Stat_t {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		t.Fatalf("lstat %s: %v", path, err)
-	}
-	return st
-}
-
 // openForWrite opens path for writing and closes it again: that is what
 // copies a lower file up.
 func openForWrite(t testing.TB, path string) {
@@ -98,20 +75,10 @@ func openForWrite(t testing.TB, path string) {
 	}
 }
 
-// readAll reads path through the overlay, which must not copy it up.
-func readAll(t testing.TB, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read %s: %v", path, err)
-	}
-	return b
-}
-
 // sameContent fails the test unless the two files hold the same bytes.
 func sameContent(t testing.TB, a, b string) {
 	t.Helper()
-	ba, bb := readAll(t, a), readAll(t, b)
+	ba, bb := guestfs.ReadFile(t, a), guestfs.ReadFile(t, b)
 	if !bytes.Equal(ba, bb) {
 		t.Fatalf("%s (%d bytes) and %s (%d bytes) differ", a, len(ba), b, len(bb))
 	}
@@ -158,15 +125,4 @@ func optionSet(opts string) []string {
 		out = append(out, o)
 	}
 	return out
-}
-
-func exists(path string) (bool, error) {
-	_, err := os.Lstat(path)
-	if err == nil {
-		return true, nil
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	return false, fmt.Errorf("lstat %s: %w", path, err)
 }

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moby/sys/mountinfo"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -31,32 +31,11 @@ var statKeys = []string{
 	"fail_enospc", "fail_eintr", "fail_other",
 }
 
-// overlayEntry returns the mountinfo entry of the overlay mounted at
-// mountPoint as github.com/moby/sys/mountinfo parses it. The last entry for
-// a mount point is the visible one.
-func overlayEntry(t testing.TB, mountPoint string) *mountinfo.Info {
-	t.Helper()
-	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("overlay"))
-	if err != nil {
-		t.Fatalf("read mountinfo: %v", err)
-	}
-	var found *mountinfo.Info
-	for _, info := range infos {
-		if info.Mountpoint == mountPoint {
-			found = info
-		}
-	}
-	if found == nil {
-		t.Fatalf("no overlay mounted on %s in /proc/self/mountinfo", mountPoint)
-	}
-	return found
-}
-
 // statsDir returns the sysfs directory of the counters of the overlay
 // mounted at mountPoint, named after its device number.
 func statsDir(t testing.TB, mountPoint string) string {
 	t.Helper()
-	info := overlayEntry(t, mountPoint)
+	info := guesttest.OverlayEntry(t, mountPoint)
 	return fmt.Sprintf("/sys/fs/overlay/%d:%d/copy_up", info.Major, info.Minor)
 }
 
@@ -141,10 +120,10 @@ func TestStatsScript(t *testing.T) {
 	tmpfs := guesttest.FS{Name: "tmpfs"}
 	l := guesttest.NewLayers(t, tmpfs.Scratch(t, "size=3m"), 1)
 	l.Lower[0] = filepath.Join(tmpfs.Scratch(t, ""), "lower")
-	mkdir(t, l.Lower[0], 0o755)
+	guestfs.Mkdir(t, l.Lower[0], 0o755)
 	lower := l.Lower[0]
 	writeFile(t, filepath.Join(lower, "f"), 64<<10, 0o644)
-	mkdir(t, filepath.Join(lower, "d"), 0o755)
+	guestfs.Mkdir(t, filepath.Join(lower, "d"), 0o755)
 	sparseFile(t, filepath.Join(lower, "sparse"))
 	writeFile(t, filepath.Join(lower, "big"), 4<<20, 0o644)
 	writeFile(t, filepath.Join(lower, "read"), 64<<10, 0o644)
@@ -152,7 +131,7 @@ func TestStatsScript(t *testing.T) {
 
 	expectStats(t, copyUpStats(t, l.Merged), nil)
 
-	readAll(t, filepath.Join(l.Merged, "read"))
+	guestfs.ReadFile(t, filepath.Join(l.Merged, "read"))
 	openForWrite(t, filepath.Join(l.Merged, "f"))
 	expectStats(t, copyUpStats(t, l.Merged), map[string]uint64{
 		"reg": 1, "copied_bytes": 64 << 10, "fsync": 1,
@@ -189,7 +168,7 @@ func TestStatsStrictAndMetacopy(t *testing.T) {
 	ext4 := guesttest.NeedFS(t, "ext4")
 	l := splitLayers(t, ext4)
 	lower := l.Lower[0]
-	mkdir(t, filepath.Join(lower, "d"), 0o755)
+	guestfs.Mkdir(t, filepath.Join(lower, "d"), 0o755)
 	writeFile(t, filepath.Join(lower, "d", "f"), 128<<10, 0o644)
 	if err := os.Symlink("d/f", filepath.Join(lower, "s")); err != nil {
 		t.Fatalf("symlink: %v", err)
@@ -248,8 +227,8 @@ func TestStatsSysfsLifecycle(t *testing.T) {
 	l.Mount(t)
 
 	// The directory is named after st_dev of the overlay.
-	info := overlayEntry(t, l.Merged)
-	st := lstat(t, l.Merged)
+	info := guesttest.OverlayEntry(t, l.Merged)
+	st := guestfs.Lstat(t, l.Merged)
 	if uint32(info.Major) != unix.Major(st.Dev) || uint32(info.Minor) != unix.Minor(st.Dev) {
 		t.Fatalf("mountinfo says %d:%d for %s, stat says %s", info.Major, info.Minor, l.Merged, devString(st.Dev))
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -118,7 +119,7 @@ func TestTraceWriteOneFile(t *testing.T) {
 		tr := newTrace(t, copyUpEvents...)
 
 		tr.clear(t)
-		if got := readAll(t, filepath.Join(l.Merged, "r")); len(got) != size {
+		if got := guestfs.ReadFile(t, filepath.Join(l.Merged, "r")); len(got) != size {
 			t.Fatalf("read %d bytes, want %d", len(got), size)
 		}
 		if evs := tr.events(t); len(evs) != 0 {
@@ -129,9 +130,9 @@ func TestTraceWriteOneFile(t *testing.T) {
 		openForWrite(t, filepath.Join(l.Merged, "w"))
 		start, end := copyUpPair(t, tr.events(t), dev)
 		t.Logf("events:\n%s\n%s", start.Raw, end.Raw)
-		merged := lstat(t, filepath.Join(l.Merged, "w"))
-		lower := lstat(t, filepath.Join(l.Lower[0], "w"))
-		upper := lstat(t, filepath.Join(l.Upper, "w"))
+		merged := guestfs.Lstat(t, filepath.Join(l.Merged, "w"))
+		lower := guestfs.Lstat(t, filepath.Join(l.Lower[0], "w"))
+		upper := guestfs.Lstat(t, filepath.Join(l.Upper, "w"))
 		if got := start.uint(t, "ino"); got != merged.Ino {
 			t.Errorf("start ino=%d, the overlay inode is %d", got, merged.Ino)
 		}
@@ -196,7 +197,7 @@ func TestTraceCopyUpError(t *testing.T) {
 	tmpfs := guesttest.FS{Name: "tmpfs"}
 	l := guesttest.NewLayers(t, tmpfs.Scratch(t, "size=1m"), 1)
 	l.Lower[0] = filepath.Join(tmpfs.Scratch(t, ""), "lower")
-	mkdir(t, l.Lower[0], 0o755)
+	guestfs.Mkdir(t, l.Lower[0], 0o755)
 	writeFile(t, filepath.Join(l.Lower[0], "big"), 3<<20, 0o644)
 	l.Mount(t)
 	tr := newTrace(t, copyUpEvents...)
@@ -249,10 +250,10 @@ func TestTraceUpperFeatures(t *testing.T) {
 
 		tr.clear(t)
 		ro := filepath.Join(base, "ro")
-		mkdir(t, ro, 0o755)
+		guestfs.Mkdir(t, ro, 0o755)
 		// Without upper layer overlayfs needs two lower layers.
 		second := filepath.Join(base, "second")
-		mkdir(t, second, 0o755)
+		guestfs.Mkdir(t, second, 0o755)
 		if err := guesttest.TryMountAt(t, ro, "lowerdir="+l.Lower[0]+":"+second); err != nil {
 			t.Fatalf("mount lower-only overlay: %v", err)
 		}

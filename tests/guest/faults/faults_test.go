@@ -30,6 +30,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 	"golang.org/x/sys/unix"
 )
@@ -89,13 +90,6 @@ func (s stack) releaseUpperFS(t *testing.T) {
 	t.Helper()
 	if err := unix.Unmount(s.upperFS, 0); err != nil {
 		t.Errorf("unmount the upper layer's tmpfs after the overlays are gone: %v (a leaked reference?)", err)
-	}
-}
-
-func writeFile(t *testing.T, path, data string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -205,11 +199,11 @@ func mountSweep(t *testing.T, s stack, extra []string, ok []unix.Errno, h mountH
 func TestMountAllocationFailure(t *testing.T) {
 	guesttest.Keeps(t, "an overlay mount whose allocation fails returns ENOMEM or ENOSPC or mounts, and leaks no reference")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
-		s := newStack(t, fs.Scratch(t, ""), func(lower string) { writeFile(t, filepath.Join(lower, "f"), "lower data") })
+		s := newStack(t, fs.Scratch(t, ""), func(lower string) { guestfs.WriteFile(t, filepath.Join(lower, "f"), "lower data") })
 		mountSweep(t, s, nil, nil, mountHooks{check: func(int, bool) { readBack(t, s.Merged) }})
 		// The plain mount afterwards works in full.
 		s.Mount(t)
-		writeFile(t, filepath.Join(s.Merged, "new"), "x")
+		guestfs.WriteFile(t, filepath.Join(s.Merged, "new"), "x")
 		readBack(t, s.Merged)
 		unmount(t, s.Merged)
 		s.releaseUpperFS(t)
@@ -234,7 +228,7 @@ func sysfsEntries() map[string]bool {
 func TestMountAllocationFailureSysfs(t *testing.T) {
 	guesttest.Proves(t, subjectSysfs)
 	s := newStack(t, guesttest.FS{Name: "tmpfs"}.Scratch(t, ""), func(lower string) {
-		writeFile(t, filepath.Join(lower, "f"), "lower data")
+		guestfs.WriteFile(t, filepath.Join(lower, "f"), "lower data")
 	})
 	before := sysfsEntries()
 	kmsg := guesttest.OpenKmsg(t)
@@ -281,9 +275,9 @@ func TestJoinAllocationFailure(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		const files = 1000
 		s := newStack(t, fs.Scratch(t, ""), func(lower string) {
-			writeFile(t, filepath.Join(lower, "f"), "lower data")
+			guestfs.WriteFile(t, filepath.Join(lower, "f"), "lower data")
 			for i := 0; i < files; i++ {
-				writeFile(t, filepath.Join(lower, fmt.Sprintf("u%d", i)), "")
+				guestfs.WriteFile(t, filepath.Join(lower, fmt.Sprintf("u%d", i)), "")
 			}
 		})
 		a := s.Layers
@@ -323,8 +317,8 @@ func TestStrictUpperAllocationFailure(t *testing.T) {
 	guesttest.Proves(t, subjectStrictUpper)
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		s := newStack(t, fs.Scratch(t, ""), func(lower string) {
-			writeFile(t, filepath.Join(lower, "f"), "lower data")
-			writeFile(t, filepath.Join(lower, "g"), "")
+			guestfs.WriteFile(t, filepath.Join(lower, "f"), "lower data")
+			guestfs.WriteFile(t, filepath.Join(lower, "g"), "")
 		})
 		kmsg := guesttest.OpenKmsg(t)
 		// EEXIST: an attempt whose allocation failed while removing
@@ -376,7 +370,7 @@ func copyUpSweep(t *testing.T, fs guesttest.FS, extra ...string) {
 	const files = 400
 	s := newStack(t, fs.Scratch(t, ""), func(lower string) {
 		for i := 0; i < files; i++ {
-			writeFile(t, filepath.Join(lower, fmt.Sprintf("c%d", i)), fmt.Sprintf("lower %d", i))
+			guestfs.WriteFile(t, filepath.Join(lower, fmt.Sprintf("c%d", i)), fmt.Sprintf("lower %d", i))
 		}
 	})
 	s.Mount(t, extra...)
@@ -431,7 +425,7 @@ func TestFsyncStrictAllocationFailure(t *testing.T) {
 	guesttest.Proves(t, subjectFsync)
 	tmpfs := guesttest.FS{Name: "tmpfs"}
 	t.Run("mount", func(t *testing.T) {
-		s := newStack(t, tmpfs.Scratch(t, ""), func(lower string) { writeFile(t, filepath.Join(lower, "f"), "lower data") })
+		s := newStack(t, tmpfs.Scratch(t, ""), func(lower string) { guestfs.WriteFile(t, filepath.Join(lower, "f"), "lower data") })
 		mountSweep(t, s, []string{"fsync=strict"}, nil, mountHooks{check: func(int, bool) { readBack(t, s.Merged) }})
 		s.releaseUpperFS(t)
 	})
@@ -476,7 +470,7 @@ func TestReaddirAllocationFailure(t *testing.T) {
 			if err := unix.Mknod(filepath.Join(dir, "wh"), unix.S_IFCHR, int(unix.Mkdev(0, 0))); err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, filepath.Join(dir, "file"), "")
+			guestfs.WriteFile(t, filepath.Join(dir, "file"), "")
 		}
 		s := newStack(t, fs.Scratch(t, ""), func(lower string) {
 			populate(filepath.Join(lower, "lowerdir"))
@@ -484,7 +478,7 @@ func TestReaddirAllocationFailure(t *testing.T) {
 			if err := os.Mkdir(filepath.Join(lower, "opaque"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, filepath.Join(lower, "opaque", "hidden"), "")
+			guestfs.WriteFile(t, filepath.Join(lower, "opaque", "hidden"), "")
 		})
 		populate(filepath.Join(s.Upper, "opaque"))
 		if err := unix.Setxattr(filepath.Join(s.Upper, "opaque"), "trusted.overlay.opaque", []byte("y"), 0); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -355,7 +356,7 @@ func TestParentWithChildrenIsReadOnly(t *testing.T) {
 		s := newStore(t, fs, layout)
 		must(t, s.CreateReadWrite(context.Background(), "parent", ""))
 		p := get(t, s, "parent")
-		write(t, filepath.Join(p, "f"), "x", 0o644)
+		guestfs.Write(t, filepath.Join(p, "f"), "x", 0o644)
 		if err := s.CreateReadWrite(context.Background(), "child", "parent"); !errors.Is(err, graph.ErrMounted) {
 			t.Errorf("child of a read-write mounted parent: %v, want ErrMounted", err)
 		}
@@ -428,7 +429,7 @@ func TestMountLeakToNamespace(t *testing.T) {
 		s := newStore(t, fs, layout)
 		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p := get(t, s, "c")
-		write(t, filepath.Join(p, "data"), "v1", 0o644)
+		guestfs.Write(t, filepath.Join(p, "data"), "v1", 0o644)
 		h := holder(t)
 		// Wait until the namespace exists: its mountinfo shows the copy.
 		deadline := 200
@@ -445,7 +446,7 @@ func TestMountLeakToNamespace(t *testing.T) {
 		must(t, s.Remove(context.Background(), "c"))
 		must(t, s.CreateReadWrite(context.Background(), "c", ""))
 		p = get(t, s, "c")
-		write(t, filepath.Join(p, "data"), "v2", 0o644)
+		guestfs.Write(t, filepath.Join(p, "data"), "v2", 0o644)
 		put(t, s, "c")
 	})
 }

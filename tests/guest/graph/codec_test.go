@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -162,7 +163,7 @@ func TestBreakoutTars(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout, noSync)
 		victim := filepath.Join(filepath.Dir(s.Home()), "victim")
-		write(t, victim, "safe", 0o644)
+		guestfs.Write(t, victim, "safe", 0o644)
 		i := 0
 		for name, c := range cases {
 			i++

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -24,7 +25,7 @@ func randFiles(t *testing.T, root string, n int, seed int64) {
 	for i := 0; i < n; i++ {
 		b := make([]byte, 64+r.Intn(4096))
 		r.Read(b)
-		write(t, filepath.Join(root, fmt.Sprintf("file-%d", i)), string(b), 0o644)
+		guestfs.Write(t, filepath.Join(root, fmt.Sprintf("file-%d", i)), string(b), 0o644)
 	}
 }
 
@@ -36,7 +37,7 @@ func TestDiffApply(t *testing.T) {
 		must(t, s.CreateReadWrite(context.Background(), "base", ""))
 		p := get(t, s, "base")
 		randFiles(t, p, 10, 3)
-		write(t, filepath.Join(p, "file-remove.txt"), "remove me", 0o644)
+		guestfs.Write(t, filepath.Join(p, "file-remove.txt"), "remove me", 0o644)
 		must(t, os.MkdirAll(filepath.Join(p, "var/lib"), 0o755))
 		put(t, s, "base")
 
@@ -86,13 +87,13 @@ func populate(t *testing.T, s *graph.Store) {
 	t.Helper()
 	must(t, s.CreateReadWrite(context.Background(), "L1", ""))
 	p := get(t, s, "L1")
-	write(t, filepath.Join(p, "f1"), "one", 0o644)
-	write(t, filepath.Join(p, "f2"), "two", 0o644)
-	write(t, filepath.Join(p, "f3"), "three", 0o644)
+	guestfs.Write(t, filepath.Join(p, "f1"), "one", 0o644)
+	guestfs.Write(t, filepath.Join(p, "f2"), "two", 0o644)
+	guestfs.Write(t, filepath.Join(p, "f3"), "three", 0o644)
 	must(t, os.MkdirAll(filepath.Join(p, "d1"), 0o755))
 	must(t, os.MkdirAll(filepath.Join(p, "d2/sub"), 0o755))
-	write(t, filepath.Join(p, "d3/a"), "a", 0o644)
-	write(t, filepath.Join(p, "d4/b"), "b", 0o644)
+	guestfs.Write(t, filepath.Join(p, "d3/a"), "a", 0o644)
+	guestfs.Write(t, filepath.Join(p, "d4/b"), "b", 0o644)
 	put(t, s, "L1")
 
 	must(t, s.CreateReadWrite(context.Background(), "L2", "L1"))
@@ -101,15 +102,15 @@ func populate(t *testing.T, s *graph.Store) {
 	must(t, os.Remove(filepath.Join(p, "d1")))
 	must(t, os.RemoveAll(filepath.Join(p, "d2")))
 	must(t, os.RemoveAll(filepath.Join(p, "d3")))
-	write(t, filepath.Join(p, "n1"), "new", 0o644)
-	write(t, filepath.Join(p, "d4/c"), "c", 0o644)
-	write(t, filepath.Join(p, "nd/x"), "x", 0o644)
+	guestfs.Write(t, filepath.Join(p, "n1"), "new", 0o644)
+	guestfs.Write(t, filepath.Join(p, "d4/c"), "c", 0o644)
+	guestfs.Write(t, filepath.Join(p, "nd/x"), "x", 0o644)
 	put(t, s, "L2")
 
 	must(t, s.CreateReadWrite(context.Background(), "L3", "L2"))
 	p = get(t, s, "L3")
-	write(t, filepath.Join(p, "d2/new"), "again", 0o644)
-	write(t, filepath.Join(p, "f1"), "reborn", 0o644)
+	guestfs.Write(t, filepath.Join(p, "d2/new"), "again", 0o644)
+	guestfs.Write(t, filepath.Join(p, "f1"), "reborn", 0o644)
 	must(t, os.MkdirAll(filepath.Join(p, "d4/e/deep"), 0o755))
 	put(t, s, "L3")
 }
@@ -274,24 +275,24 @@ func mkdirs(t *testing.T, p string, mode os.FileMode) {
 func TestLayerSemantics(t *testing.T) {
 	cases := map[string][]step{
 		"RemoveDirectoryInLowerLayer": {
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "lib/old"), "o", 0o644) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "lib/old"), "o", 0o644) },
 			func(t *testing.T, r string) {
 				must(t, os.RemoveAll(filepath.Join(r, "lib")))
-				write(t, filepath.Join(r, "lib/new"), "n", 0o644)
+				guestfs.Write(t, filepath.Join(r, "lib/new"), "n", 0o644)
 			},
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "lib/third"), "3", 0o644) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "lib/third"), "3", 0o644) },
 		},
 		"DeletedFilesInChildSnapshot": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "bin/keep"), "k", 0o755)
-				write(t, filepath.Join(r, "bin/gone"), "g", 0o755)
+				guestfs.Write(t, filepath.Join(r, "bin/keep"), "k", 0o755)
+				guestfs.Write(t, filepath.Join(r, "bin/gone"), "g", 0o755)
 			},
 			func(t *testing.T, r string) { must(t, os.Remove(filepath.Join(r, "bin/gone"))) },
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "bin/other"), "o", 0o755) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "bin/other"), "o", 0o755) },
 		},
 		"Chown": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "owned/f"), "f", 0o644)
+				guestfs.Write(t, filepath.Join(r, "owned/f"), "f", 0o644)
 			},
 			func(t *testing.T, r string) {
 				must(t, os.Lchown(filepath.Join(r, "owned"), 1000, 1000))
@@ -308,7 +309,7 @@ func TestLayerSemantics(t *testing.T) {
 				must(t, os.RemoveAll(filepath.Join(r, "d1")))
 				mkdirs(t, filepath.Join(r, "d1"), 0o711)
 				must(t, os.Lchown(filepath.Join(r, "d1"), 2, 2))
-				write(t, filepath.Join(r, "d2/f"), "f", 0o600)
+				guestfs.Write(t, filepath.Join(r, "d2/f"), "f", 0o600)
 			},
 			func(t *testing.T, r string) {
 				must(t, os.Lchown(filepath.Join(r, "d2"), 3, 3))
@@ -316,8 +317,8 @@ func TestLayerSemantics(t *testing.T) {
 		},
 		"MoveFileFromLowerLayer": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "dir1/f1"), "1", 0o644)
-				write(t, filepath.Join(r, "dir2/f2"), "2", 0o644)
+				guestfs.Write(t, filepath.Join(r, "dir1/f1"), "1", 0o644)
+				guestfs.Write(t, filepath.Join(r, "dir2/f2"), "2", 0o644)
 				mkdirs(t, filepath.Join(r, "dir3"), 0o755)
 			},
 			func(t *testing.T, r string) {
@@ -328,9 +329,9 @@ func TestLayerSemantics(t *testing.T) {
 		},
 		"Rename": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "a"), "a", 0o644)
-				write(t, filepath.Join(r, "b"), "b", 0o644)
-				write(t, filepath.Join(r, "c"), "c", 0o644)
+				guestfs.Write(t, filepath.Join(r, "a"), "a", 0o644)
+				guestfs.Write(t, filepath.Join(r, "b"), "b", 0o644)
+				guestfs.Write(t, filepath.Join(r, "c"), "c", 0o644)
 			},
 			func(t *testing.T, r string) {
 				must(t, os.Rename(filepath.Join(r, "a"), filepath.Join(r, "a2")))
@@ -343,9 +344,9 @@ func TestLayerSemantics(t *testing.T) {
 		// continuity's FSSuite cases, through overlay apply (group 7).
 		"Basic": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "etc/hosts"), "127.0.0.1 localhost\n", 0o644)
+				guestfs.Write(t, filepath.Join(r, "etc/hosts"), "127.0.0.1 localhost\n", 0o644)
 				must(t, os.Link(filepath.Join(r, "etc/hosts"), filepath.Join(r, "etc/hosts.allow")))
-				write(t, filepath.Join(r, "usr/local/lib/libnothing.so"), "lib", 0o755)
+				guestfs.Write(t, filepath.Join(r, "usr/local/lib/libnothing.so"), "lib", 0o755)
 				must(t, os.Symlink("libnothing.so", filepath.Join(r, "usr/local/lib/libnothing.so.2")))
 				mkdirs(t, filepath.Join(r, "home/derek"), 0o700)
 			},
@@ -362,14 +363,14 @@ func TestLayerSemantics(t *testing.T) {
 		},
 		"Update": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "bin/ls"), "ls", 0o755)
-				write(t, filepath.Join(r, "lib/libc.so"), "libc", 0o644)
+				guestfs.Write(t, filepath.Join(r, "bin/ls"), "ls", 0o755)
+				guestfs.Write(t, filepath.Join(r, "lib/libc.so"), "libc", 0o644)
 				mkdirs(t, filepath.Join(r, "etc"), 0o755)
 			},
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "bin/ls"), "a different length", 0o755)
+				guestfs.Write(t, filepath.Join(r, "bin/ls"), "a different length", 0o755)
 				must(t, os.Remove(filepath.Join(r, "lib/libc.so")))
-				write(t, filepath.Join(r, "lib/libc.so"), "new libc", 0o644)
+				guestfs.Write(t, filepath.Join(r, "lib/libc.so"), "new libc", 0o644)
 				must(t, os.Chmod(filepath.Join(r, "etc"), 0o700))
 				must(t, os.Chmod(filepath.Join(r, "bin/ls"), 0o700))
 			},
@@ -377,20 +378,20 @@ func TestLayerSemantics(t *testing.T) {
 		"ParentDirectoryPermission": {
 			func(t *testing.T, r string) {
 				mkdirs(t, filepath.Join(r, "dir1"), 0o700)
-				write(t, filepath.Join(r, "dir1/f"), "f", 0o644)
+				guestfs.Write(t, filepath.Join(r, "dir1/f"), "f", 0o644)
 				mkdirs(t, filepath.Join(r, "dir2"), 0o751)
-				write(t, filepath.Join(r, "dir2/f"), "f", 0o644)
+				guestfs.Write(t, filepath.Join(r, "dir2/f"), "f", 0o644)
 			},
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "dir1/f"), "f", 0o644)
-				write(t, filepath.Join(r, "dir2/f"), "f", 0o644)
+				guestfs.Write(t, filepath.Join(r, "dir1/f"), "f", 0o644)
+				guestfs.Write(t, filepath.Join(r, "dir2/f"), "f", 0o644)
 			},
 		},
 		// Without index=on, copying up one name of a lower hard link
 		// breaks the link (the other name keeps the lower inode), so the
 		// cases link and modify within one layer, as a build step would.
 		"HardlinkBeforeModified": {
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "a"), "shared", 0o644) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "a"), "shared", 0o644) },
 			func(t *testing.T, r string) {
 				must(t, os.Link(filepath.Join(r, "a"), filepath.Join(r, "b")))
 				f, err := os.OpenFile(filepath.Join(r, "a"), os.O_WRONLY|os.O_TRUNC, 0)
@@ -402,15 +403,15 @@ func TestLayerSemantics(t *testing.T) {
 		},
 		"HardlinkUnmodified": {
 			func(t *testing.T, r string) {
-				write(t, filepath.Join(r, "a"), "shared", 0o644)
+				guestfs.Write(t, filepath.Join(r, "a"), "shared", 0o644)
 				must(t, os.Link(filepath.Join(r, "a"), filepath.Join(r, "b")))
 			},
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "c"), "unrelated", 0o644) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "c"), "unrelated", 0o644) },
 		},
 		"HardlinkBeforeUnmodified": {
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "a"), "shared", 0o644) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "a"), "shared", 0o644) },
 			func(t *testing.T, r string) { must(t, os.Link(filepath.Join(r, "a"), filepath.Join(r, "b"))) },
-			func(t *testing.T, r string) { write(t, filepath.Join(r, "c"), "unrelated", 0o644) },
+			func(t *testing.T, r string) { guestfs.Write(t, filepath.Join(r, "c"), "unrelated", 0o644) },
 		},
 	}
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
@@ -437,10 +438,10 @@ func TestLayers128Mount(t *testing.T) {
 		flat := filepath.Join(fs.Scratch(t, ""), "flat")
 		must(t, os.Mkdir(flat, 0o755))
 		change := func(r string, i int) {
-			write(t, filepath.Join(r, "overwriteme"), fmt.Sprintf("layer %d", i), 0o644)
-			write(t, filepath.Join(r, "addhere", fmt.Sprintf("file-%d", i)), "add", 0o644)
+			guestfs.Write(t, filepath.Join(r, "overwriteme"), fmt.Sprintf("layer %d", i), 0o644)
+			guestfs.Write(t, filepath.Join(r, "addhere", fmt.Sprintf("file-%d", i)), "add", 0o644)
 			must(t, os.RemoveAll(filepath.Join(r, "onlyme")))
-			write(t, filepath.Join(r, "onlyme", fmt.Sprintf("file-%d", i)), "only", 0o644)
+			guestfs.Write(t, filepath.Join(r, "onlyme", fmt.Sprintf("file-%d", i)), "only", 0o644)
 		}
 		parent := ""
 		for i := 0; i < 128; i++ {
@@ -479,7 +480,7 @@ func TestChangesEcho(t *testing.T) {
 		levels := []string{"0", "1", "2", "3", "4", "5", "6", "7", "8"}
 		must(t, s.CreateReadWrite(context.Background(), "base", ""))
 		p := get(t, s, "base")
-		write(t, filepath.Join(append([]string{p}, append(levels, "file")...)...), "x", 0o644)
+		guestfs.Write(t, filepath.Join(append([]string{p}, append(levels, "file")...)...), "x", 0o644)
 		put(t, s, "base")
 		for d := 0; d <= 8; d++ {
 			child, grand := fmt.Sprintf("child-%d", d), fmt.Sprintf("grand-%d", d)
@@ -496,7 +497,7 @@ func TestChangesEcho(t *testing.T) {
 
 			must(t, s.CreateReadWrite(context.Background(), grand, child))
 			p = get(t, s, grand)
-			write(t, filepath.Join(append([]string{p}, append(levels, "file")...)...), "y", 0o644)
+			guestfs.Write(t, filepath.Join(append([]string{p}, append(levels, "file")...)...), "y", 0o644)
 			put(t, s, grand)
 			want = nil
 			for a := 0; a < d; a++ {
@@ -520,7 +521,7 @@ func TestChangesWithinOneSecond(t *testing.T) {
 		s := newStore(t, fs, layout, noSync)
 		must(t, s.CreateReadWrite(context.Background(), "base", ""))
 		p := get(t, s, "base")
-		write(t, filepath.Join(p, "etc/hosts"), "aaaa", 0o644)
+		guestfs.Write(t, filepath.Join(p, "etc/hosts"), "aaaa", 0o644)
 		must(t, os.Symlink("libc-2.1.so", filepath.Join(p, "etc/libc.so")))
 		put(t, s, "base")
 		parent := "base"
@@ -531,7 +532,7 @@ func TestChangesWithinOneSecond(t *testing.T) {
 			hosts := filepath.Join(p, "etc/hosts")
 			var before unix.Stat_t
 			must(t, unix.Stat(hosts, &before))
-			write(t, hosts, fmt.Sprintf("%c%c%c%c", 'b'+i, 'b'+i, 'b'+i, 'b'+i), 0o644)
+			guestfs.Write(t, hosts, fmt.Sprintf("%c%c%c%c", 'b'+i, 'b'+i, 'b'+i, 'b'+i), 0o644)
 			must(t, unix.UtimesNano(hosts, []unix.Timespec{before.Atim, before.Mtim}))
 			put(t, s, id)
 			equalList(t, id, changes(t, s, id), []string{"C /etc", "C /etc/hosts"})

@@ -107,13 +107,6 @@ func put(t *testing.T, s *graph.Store, id string) {
 	}
 }
 
-func write(t *testing.T, path, content string, mode os.FileMode) {
-	t.Helper()
-	must(t, os.MkdirAll(filepath.Dir(path), 0o755))
-	must(t, os.WriteFile(path, []byte(content), mode))
-	must(t, os.Chmod(path, mode))
-}
-
 // entry is one tar member as built by the tests.
 type entry struct {
 	name  string

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -256,7 +257,7 @@ func TestUserxattrStore(t *testing.T) {
 		p := get(t, s, "ctr")
 		must(t, os.RemoveAll(filepath.Join(p, "d")))
 		must(t, os.Mkdir(filepath.Join(p, "d"), 0o755))
-		write(t, filepath.Join(p, "d/w"), "w", 0o644)
+		guestfs.Write(t, filepath.Join(p, "d/w"), "w", 0o644)
 		put(t, s, "ctr")
 		must(t, s.Create(context.Background(), "three", "two"))
 		apply(t, s, "three", diffBytes(t, s, "ctr"))

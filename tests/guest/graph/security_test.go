@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -286,15 +288,6 @@ func perMountOptions(t *testing.T, path string) []string {
 	return nil
 }
 
-func hasOption(opts []string, o string) bool {
-	for _, x := range opts {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
-
 // TestHostUserCannotReachLayers is the store-security finding (the class
 // of moby CVE-2021-41091 and containerd CVE-2021-41103): as root, an image
 // layer with a setuid-root program, world-usable device nodes (one
@@ -351,10 +344,10 @@ func TestHostUserCannotReachLayers(t *testing.T) {
 
 		// Root's side: the container sees what the image shipped, and the
 		// mount flags are as documented.
-		if opts := perMountOptions(t, img); !hasOption(opts, "nosuid") || !hasOption(opts, "nodev") {
+		if opts := perMountOptions(t, img); !slices.Contains(opts, "nosuid") || !slices.Contains(opts, "nodev") {
 			t.Errorf("read-only image view %s mounted with %v, want nosuid and nodev", img, opts)
 		}
-		if opts := perMountOptions(t, ctr); hasOption(opts, "nosuid") || hasOption(opts, "nodev") {
+		if opts := perMountOptions(t, ctr); slices.Contains(opts, "nosuid") || slices.Contains(opts, "nodev") {
 			t.Errorf("container mount %s mounted with %v, want setuid and devices kept", ctr, opts)
 		}
 
@@ -401,7 +394,7 @@ func TestHostUserCannotReachLayers(t *testing.T) {
 		// The intruder must have found both mounts where any user finds
 		// them, or the test proves nothing about them.
 		for _, mp := range []string{ctr, img} {
-			if !hasOption(rep.Mounts, mp) {
+			if !slices.Contains(rep.Mounts, mp) {
 				t.Errorf("intruder did not find the mount %s in mountinfo (found %v)", mp, rep.Mounts)
 			}
 		}
@@ -519,9 +512,9 @@ func TestOpenTightensStore(t *testing.T) {
 		// root: Open must say which one.
 		victim := filepath.Join(home, "layers", "b")
 		must(t, os.Chmod(victim, 0o755))
-		setImmutable(t, victim, true)
+		guestfs.SetImmutable(t, victim, true)
 		s3, err := graph.Open(home, opts)
-		setImmutable(t, victim, false)
+		guestfs.SetImmutable(t, victim, false)
 		if err == nil {
 			s3.Close()
 		}
@@ -539,28 +532,4 @@ func TestOpenTightensStore(t *testing.T) {
 			t.Errorf("%s after Open: %v, want 0700", victim, fi.Mode().Perm())
 		}
 	})
-}
-
-// fsImmutableFL is FS_IMMUTABLE_FL of linux/fs.h, which x/sys/unix does
-// not name.
-const fsImmutableFL = 0x00000010
-
-// setImmutable sets or clears FS_IMMUTABLE_FL on path.
-func setImmutable(t *testing.T, path string, on bool) {
-	t.Helper()
-	f, err := os.Open(path)
-	must(t, err)
-	defer f.Close()
-	flags, err := unix.IoctlGetInt(int(f.Fd()), unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Fatalf("get inode flags of %s: %v", path, err)
-	}
-	if on {
-		flags |= fsImmutableFL
-	} else {
-		flags &^= fsImmutableFL
-	}
-	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.FS_IOC_SETFLAGS, flags); err != nil {
-		t.Fatalf("set inode flags of %s: %v", path, err)
-	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/ovlkit/ovlkit/graph"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -80,10 +81,10 @@ func TestVerifyRepairOnDisk(t *testing.T) {
 		// A container mounted on app: its lowers verify while in use,
 		// and its content is its own.
 		root := get(t, s, "ctr")
-		write(t, filepath.Join(root, "ctr-file"), "mine", 0o644)
+		guestfs.Write(t, filepath.Join(root, "ctr-file"), "mine", 0o644)
 		wantStates(t, s, sound)
 		// A layer written after apply is the container's now.
-		write(t, filepath.Join(get(t, s, "rw"), "rw"), "changed", 0o644)
+		guestfs.Write(t, filepath.Join(get(t, s, "rw"), "rw"), "changed", 0o644)
 		put(t, s, "rw")
 		sound["rw"] = graph.StateChanged
 		wantStates(t, s, sound)

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
@@ -319,6 +320,28 @@ func UnmountBeneath(t testing.TB, dir string) {
 			t.Errorf("unmount %s: %v", mp, err)
 		}
 	}
+}
+
+// OverlayEntry returns the mountinfo entry of the overlay mounted at
+// mountPoint, as github.com/moby/sys/mountinfo (containerd's, Docker's
+// and runc's reader) parses it. The last entry for a mount point is the
+// visible one.
+func OverlayEntry(t testing.TB, mountPoint string) *mountinfo.Info {
+	t.Helper()
+	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("overlay"))
+	if err != nil {
+		t.Fatalf("moby/sys/mountinfo GetMounts: %v", err)
+	}
+	var found *mountinfo.Info
+	for _, info := range infos {
+		if info.Mountpoint == mountPoint {
+			found = info
+		}
+	}
+	if found == nil {
+		t.Fatalf("moby/sys/mountinfo lists no overlay mounted on %s (overlays it found: %d)", mountPoint, len(infos))
+	}
+	return found
 }
 
 // Layers is the set of directories of one overlay mount.

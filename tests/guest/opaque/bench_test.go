@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -33,7 +34,7 @@ func benchEntryName(i int) string { return fmt.Sprintf("f%05d", i) }
 // every charDevEvery-th entry (when > 0) a 1:3 character device.
 func fillBenchDir(b *testing.B, dir string, from, to, charDevEvery int) {
 	b.Helper()
-	mkdir(b, dir)
+	guestfs.MkdirAll(b, dir)
 	for i := from; i < to; i++ {
 		p := filepath.Join(dir, benchEntryName(i))
 		if charDevEvery > 0 && i%charDevEvery == 0 {
@@ -55,8 +56,8 @@ func fillBenchDir(b *testing.B, dir string, from, to, charDevEvery int) {
 func benchLayers(b *testing.B, fs guesttest.FS) guesttest.Layers {
 	b.Helper()
 	l := guesttest.NewLayers(b, fs.Scratch(b, ""), 1)
-	mkdir(b, filepath.Join(l.Lower[0], "d"))
-	writeFile(b, filepath.Join(l.Lower[0], "d", "below"), "lower\n")
+	guestfs.MkdirAll(b, filepath.Join(l.Lower[0], "d"))
+	guestfs.WriteFile(b, filepath.Join(l.Lower[0], "d", "below"), "lower\n")
 	return l
 }
 
@@ -111,8 +112,8 @@ func benchXinoDir(b *testing.B, fs guesttest.FS) string {
 	b.Helper()
 	l := guesttest.NewLayers(b, fs.Scratch(b, ""), 1)
 	l.Lower[0] = guesttest.FS{Name: "tmpfs"}.Scratch(b, "")
-	mkdir(b, filepath.Join(l.Lower[0], "d"))
-	writeFile(b, filepath.Join(l.Lower[0], "d", "below"), "lower\n")
+	guestfs.MkdirAll(b, filepath.Join(l.Lower[0], "d"))
+	guestfs.WriteFile(b, filepath.Join(l.Lower[0], "d", "below"), "lower\n")
 	d := filepath.Join(l.Upper, "d")
 	fillBenchDir(b, d, 0, benchEntries, 0)
 	setXattr(b, d, trustedNS.opaque(), "y")

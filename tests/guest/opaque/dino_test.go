@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -103,20 +104,20 @@ func TestImpureAndXinoDirReaddir(t *testing.T) {
 
 func testImpureReaddir(t *testing.T, fs guesttest.FS, ns xattrNS, opt string) {
 	l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-	mkdir(t, filepath.Join(l.Lower[0], "m"))
+	guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "m"))
 	for _, n := range []string{"a", "b", "c", "d"} {
-		writeFile(t, filepath.Join(l.Lower[0], "m", n), "lower "+n+"\n")
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "m", n), "lower "+n+"\n")
 	}
-	mkdir(t, filepath.Join(l.Upper, "pure"))
-	writeFile(t, filepath.Join(l.Upper, "pure", "mine"), "upper\n")
+	guestfs.MkdirAll(t, filepath.Join(l.Upper, "pure"))
+	guestfs.WriteFile(t, filepath.Join(l.Upper, "pure", "mine"), "upper\n")
 	opts := append([]string{opt}, ns.mount...)
 	l.Mount(t, opts...)
 
 	// mkdir in a merge directory makes an opaque directory; moving lower
 	// files into it copies them up and makes it impure.
-	mkdir(t, merged(l, "m", "new"))
+	guestfs.MkdirAll(t, merged(l, "m", "new"))
 	expectXattrY(t, filepath.Join(l.Upper, "m", "new"), ns.opaque())
-	writeFile(t, merged(l, "m", "new", "own"), "new\n")
+	guestfs.WriteFile(t, merged(l, "m", "new", "own"), "new\n")
 	for _, mv := range [][2]string{{"m/a", "m/new/a"}, {"m/b", "m/new/b"}, {"m/c", "pure/c"}} {
 		if err := os.Rename(merged(l, mv[0]), merged(l, mv[1])); err != nil {
 			t.Fatalf("rename %s to %s: %v", mv[0], mv[1], err)
@@ -149,18 +150,18 @@ func testXinoReaddir(t *testing.T, fs guesttest.FS, ns xattrNS) {
 	l.Lower[0] = lowerFS.Scratch(t, "")
 	lo := l.Lower[0]
 	for _, d := range []string{"lo", "op", "mg"} {
-		mkdir(t, filepath.Join(lo, d))
+		guestfs.MkdirAll(t, filepath.Join(lo, d))
 	}
-	mkdir(t, filepath.Join(l.Upper, "up"))
-	mkdir(t, filepath.Join(l.Upper, "mg"))
-	writeFile(t, filepath.Join(lo, "lo", "x"), "lower x\n")
-	writeFile(t, filepath.Join(lo, "lo", "y"), "lower y\n")
-	writeFile(t, filepath.Join(lo, "op", "secret"), "hidden\n")
-	writeFile(t, filepath.Join(lo, "mg", "low"), "lower\n")
+	guestfs.MkdirAll(t, filepath.Join(l.Upper, "up"))
+	guestfs.MkdirAll(t, filepath.Join(l.Upper, "mg"))
+	guestfs.WriteFile(t, filepath.Join(lo, "lo", "x"), "lower x\n")
+	guestfs.WriteFile(t, filepath.Join(lo, "lo", "y"), "lower y\n")
+	guestfs.WriteFile(t, filepath.Join(lo, "op", "secret"), "hidden\n")
+	guestfs.WriteFile(t, filepath.Join(lo, "mg", "low"), "lower\n")
 	fillDir(t, filepath.Join(l.Upper, "op"), 3)
 	setXattr(t, filepath.Join(l.Upper, "op"), ns.opaque(), "y")
-	writeFile(t, filepath.Join(l.Upper, "up", "mine"), "upper\n")
-	writeFile(t, filepath.Join(l.Upper, "mg", "high"), "upper\n")
+	guestfs.WriteFile(t, filepath.Join(l.Upper, "up", "mine"), "upper\n")
+	guestfs.WriteFile(t, filepath.Join(l.Upper, "mg", "high"), "upper\n")
 	opts := append([]string{"xino=on"}, ns.mount...)
 	l.Mount(t, opts...)
 

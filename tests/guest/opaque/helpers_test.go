@@ -11,7 +11,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -20,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -62,20 +62,6 @@ func forEachNS(t *testing.T, fn func(t *testing.T, fs guesttest.FS, ns xattrNS))
 	})
 }
 
-func mkdir(t testing.TB, path string) {
-	t.Helper()
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		t.Fatalf("mkdir %s: %v", path, err)
-	}
-}
-
-func writeFile(t testing.TB, path, content string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatalf("write %s: %v", path, err)
-	}
-}
-
 // whiteout makes the 0/0 character device overlayfs uses as a whiteout,
 // the way layer tools write one straight into a layer.
 func whiteout(t testing.TB, path string) {
@@ -92,20 +78,10 @@ func setXattr(t testing.TB, path, name, value string) {
 	}
 }
 
-// names lists dir sorted, failing the test on error.
-func names(t testing.TB, dir string) []string {
-	t.Helper()
-	got, err := guesttest.ReadNames(dir)
-	if err != nil {
-		t.Fatalf("readdir %s: %v", dir, err)
-	}
-	return got
-}
-
 func expectNames(t testing.TB, dir string, want ...string) {
 	t.Helper()
 	sort.Strings(want)
-	if got := names(t, dir); !slices.Equal(got, want) {
+	if got := guestfs.Names(t, dir); !slices.Equal(got, want) {
 		t.Errorf("readdir %s = %q, want %q", dir, got, want)
 	}
 }

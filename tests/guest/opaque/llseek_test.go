@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -107,9 +108,9 @@ func expectSeekLikeReal(t *testing.T, ovlDir, realDir string, entries int) {
 // fillDir creates n empty files in dir.
 func fillDir(t testing.TB, dir string, n int) {
 	t.Helper()
-	mkdir(t, dir)
+	guestfs.MkdirAll(t, dir)
 	for i := 0; i < n; i++ {
-		writeFile(t, filepath.Join(dir, fmt.Sprintf("entry-%05d", i)), "")
+		guestfs.WriteFile(t, filepath.Join(dir, fmt.Sprintf("entry-%05d", i)), "")
 	}
 }
 
@@ -122,8 +123,8 @@ func TestOpaqueDirLlseek(t *testing.T) {
 	guesttest.Keeps(t, "lseek and telldir/seekdir on an opaque dir are those of the real dir")
 	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		mkdir(t, filepath.Join(l.Lower[0], "opaque"))
-		writeFile(t, filepath.Join(l.Lower[0], "opaque", "secret"), "hidden\n")
+		guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "opaque"))
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "opaque", "secret"), "hidden\n")
 		fillDir(t, filepath.Join(l.Upper, "opaque"), seekEntries)
 		setXattr(t, filepath.Join(l.Upper, "opaque"), ns.opaque(), "y")
 		fillDir(t, filepath.Join(l.Upper, "plain"), seekEntries)

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -63,9 +64,9 @@ func TestMkdirDirBehavesAsLookedUp(t *testing.T) {
 		opts := impureOptions(ns)
 		opt := opts[len(opts)-1]
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		mkdir(t, filepath.Join(l.Lower[0], "m"))
-		writeFile(t, filepath.Join(l.Lower[0], "m", "a"), "lower a\n")
-		writeFile(t, filepath.Join(l.Lower[0], "m", "b"), "lower b\n")
+		guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "m"))
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "m", "a"), "lower a\n")
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "m", "b"), "lower b\n")
 		l.Mount(t, append([]string{opt}, ns.mount...)...)
 
 		// Each new directory holds files made through the overlay, a
@@ -81,7 +82,7 @@ func TestMkdirDirBehavesAsLookedUp(t *testing.T) {
 			}
 			expectXattrY(t, filepath.Join(l.Upper, "m", mv[0]), ns.opaque())
 			fillDir(t, d, seekEntries)
-			mkdir(t, filepath.Join(d, "sub"))
+			guestfs.MkdirAll(t, filepath.Join(d, "sub"))
 			if err := os.Rename(merged(l, "m", mv[1]), filepath.Join(d, mv[1])); err != nil {
 				t.Fatalf("rename m/%s into %s: %v", mv[1], d, err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -44,11 +45,11 @@ func addValueDir(t *testing.T, l guesttest.Layers, ns xattrNS, where, dir, value
 	if where == "lower0" {
 		layer = l.Lower[0]
 	}
-	mkdir(t, filepath.Join(l.Lower[1], dir))
-	writeFile(t, filepath.Join(l.Lower[1], dir, "secret"), "lower\n")
+	guestfs.MkdirAll(t, filepath.Join(l.Lower[1], dir))
+	guestfs.WriteFile(t, filepath.Join(l.Lower[1], dir, "secret"), "lower\n")
 	d := filepath.Join(layer, dir)
-	mkdir(t, d)
-	writeFile(t, filepath.Join(d, "mine"), where+"\n")
+	guestfs.MkdirAll(t, d)
+	guestfs.WriteFile(t, filepath.Join(d, "mine"), where+"\n")
 	if value != "" {
 		setXattr(t, d, ns.opaque(), value)
 	}
@@ -148,8 +149,8 @@ func TestOpaqueXattrWhiteoutsHide(t *testing.T) {
 		addValueDir(t, l, ns, "lower0", "x1", "x")
 		addValueDir(t, l, ns, "lower0", "x2", "x")
 		for _, dir := range []string{"x1", "x2"} {
-			writeFile(t, filepath.Join(l.Lower[1], dir, "gone"), "lower\n")
-			writeFile(t, filepath.Join(l.Lower[0], dir, "gone"), "")
+			guestfs.WriteFile(t, filepath.Join(l.Lower[1], dir, "gone"), "lower\n")
+			guestfs.WriteFile(t, filepath.Join(l.Lower[0], dir, "gone"), "")
 			setXattr(t, filepath.Join(l.Lower[0], dir, "gone"), ns.name+".overlay.whiteout", "")
 		}
 		k := guesttest.OpenKmsg(t)

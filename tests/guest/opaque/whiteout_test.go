@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -22,17 +23,17 @@ import (
 func strayLayers(t *testing.T, fs guesttest.FS, ns xattrNS, withLower bool) guesttest.Layers {
 	t.Helper()
 	l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-	writeFile(t, filepath.Join(l.Lower[0], "top"), "lower top\n")
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "top"), "lower top\n")
 	if withLower {
-		mkdir(t, filepath.Join(l.Lower[0], "d"))
-		writeFile(t, filepath.Join(l.Lower[0], "d", "ghost"), "deleted\n")
-		writeFile(t, filepath.Join(l.Lower[0], "d", "secret"), "hidden by opaque\n")
+		guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "d"))
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "d", "ghost"), "deleted\n")
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "d", "secret"), "hidden by opaque\n")
 	}
 	d := filepath.Join(l.Upper, "d")
-	mkdir(t, d)
+	guestfs.MkdirAll(t, d)
 	setXattr(t, d, ns.opaque(), "y")
 	whiteout(t, filepath.Join(d, "ghost"))
-	writeFile(t, filepath.Join(d, "keep"), "upper\n")
+	guestfs.WriteFile(t, filepath.Join(d, "keep"), "upper\n")
 	l.Mount(t, ns.mount...)
 	return l
 }
@@ -114,8 +115,8 @@ func TestStrayWhiteoutRenameOver(t *testing.T) {
 				t.Fatalf("unlink keep: %v", err)
 			}
 			src := merged(l, "src")
-			mkdir(t, src)
-			writeFile(t, filepath.Join(src, "moved"), "new\n")
+			guestfs.MkdirAll(t, src)
+			guestfs.WriteFile(t, filepath.Join(src, "moved"), "new\n")
 			// os.Rename refuses to replace a directory by itself, so
 			// call rename(2) directly.
 			if err := unix.Rename(src, merged(l, "d")); err != nil {
@@ -136,14 +137,14 @@ func TestMergeDirWhiteoutsHideLower(t *testing.T) {
 	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
 		ld := filepath.Join(l.Lower[0], "d")
-		mkdir(t, ld)
+		guestfs.MkdirAll(t, ld)
 		for _, n := range []string{"a", "b", "c"} {
-			writeFile(t, filepath.Join(ld, n), "lower "+n+"\n")
+			guestfs.WriteFile(t, filepath.Join(ld, n), "lower "+n+"\n")
 		}
 		ud := filepath.Join(l.Upper, "d")
-		mkdir(t, ud)
+		guestfs.MkdirAll(t, ud)
 		whiteout(t, filepath.Join(ud, "b"))
-		writeFile(t, filepath.Join(ud, "u"), "upper\n")
+		guestfs.WriteFile(t, filepath.Join(ud, "u"), "upper\n")
 		l.Mount(t, ns.mount...)
 
 		expectNames(t, merged(l, "d"), "a", "c", "u")
@@ -159,7 +160,7 @@ func TestMergeDirWhiteoutsHideLower(t *testing.T) {
 		expectENOENT(t, merged(l, "d", "a"))
 
 		// A removed name can come back, from the upper layer.
-		writeFile(t, merged(l, "d", "b"), "again\n")
+		guestfs.WriteFile(t, merged(l, "d", "b"), "again\n")
 		expectNames(t, merged(l, "d"), "b", "c", "u")
 		if b, err := os.ReadFile(merged(l, "d", "b")); err != nil || string(b) != "again\n" {
 			t.Errorf("read recreated b = %q, %v; want %q", b, err, "again\n")
@@ -186,18 +187,18 @@ func TestOpaqueDirRmdirEmpty(t *testing.T) {
 	forEachNS(t, func(t *testing.T, fs guesttest.FS, ns xattrNS) {
 		lowerCases(t, func(t *testing.T, withLower bool) {
 			l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-			writeFile(t, filepath.Join(l.Lower[0], "top"), "lower top\n")
+			guestfs.WriteFile(t, filepath.Join(l.Lower[0], "top"), "lower top\n")
 			for _, d := range []string{"empty", "emptied", "full"} {
 				if withLower {
-					mkdir(t, filepath.Join(l.Lower[0], d))
-					writeFile(t, filepath.Join(l.Lower[0], d, "secret"), "hidden by opaque\n")
+					guestfs.MkdirAll(t, filepath.Join(l.Lower[0], d))
+					guestfs.WriteFile(t, filepath.Join(l.Lower[0], d, "secret"), "hidden by opaque\n")
 				}
-				mkdir(t, filepath.Join(l.Upper, d))
+				guestfs.MkdirAll(t, filepath.Join(l.Upper, d))
 				setXattr(t, filepath.Join(l.Upper, d), ns.opaque(), "y")
 			}
-			writeFile(t, filepath.Join(l.Upper, "emptied", "f1"), "upper\n")
-			writeFile(t, filepath.Join(l.Upper, "emptied", "f2"), "upper\n")
-			writeFile(t, filepath.Join(l.Upper, "full", "keep"), "upper\n")
+			guestfs.WriteFile(t, filepath.Join(l.Upper, "emptied", "f1"), "upper\n")
+			guestfs.WriteFile(t, filepath.Join(l.Upper, "emptied", "f2"), "upper\n")
+			guestfs.WriteFile(t, filepath.Join(l.Upper, "full", "keep"), "upper\n")
 			l.Mount(t, ns.mount...)
 
 			for _, f := range []string{"f1", "f2"} {

@@ -11,40 +11,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
-
-func write(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func lstat(t *testing.T, path string) *unix.Stat_t {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		t.Fatalf("lstat %s: %v", path, err)
-	}
-	return &st
-}
-
-func exists(path string) bool {
-	var st unix.Stat_t
-	return unix.Lstat(path, &st) == nil
-}
 
 func getxattr(path, name string) (string, error) {
 	buf := make([]byte, 256)
@@ -55,25 +30,11 @@ func getxattr(path, name string) (string, error) {
 	return string(buf[:n]), nil
 }
 
-func names(t *testing.T, dir string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatalf("readdir %s: %v", dir, err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
-	}
-	sort.Strings(out)
-	return out
-}
-
 func TestMountShowsLayers(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 2)
-		write(t, l.Lower[0]+"/top", "top")
-		write(t, l.Lower[1]+"/bottom", "bottom")
+		guestfs.Write(t, l.Lower[0]+"/top", "top", 0o644)
+		guestfs.Write(t, l.Lower[1]+"/bottom", "bottom", 0o644)
 		l.Mount(t)
 		mounts, err := os.ReadFile("/proc/self/mounts")
 		if err != nil {
@@ -93,10 +54,10 @@ func TestMountShowsLayers(t *testing.T) {
 				t.Errorf("mount line %q lacks %q", line, want)
 			}
 		}
-		if got := names(t, l.Merged); strings.Join(got, ",") != "bottom,top" {
+		if got := guestfs.Names(t, l.Merged); strings.Join(got, ",") != "bottom,top" {
 			t.Errorf("merged root = %v, want [bottom top]", got)
 		}
-		if !exists(l.Work + "/work") {
+		if !guestfs.Exists(t, l.Work+"/work") {
 			t.Errorf("mount did not create %s/work", l.Work)
 		}
 	})
@@ -105,7 +66,7 @@ func TestMountShowsLayers(t *testing.T) {
 func TestReadDoesNotCopyUp(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		write(t, l.Lower[0]+"/dir/file", "lower data")
+		guestfs.Write(t, l.Lower[0]+"/dir/file", "lower data", 0o644)
 		l.Mount(t)
 		b, err := os.ReadFile(l.Merged + "/dir/file")
 		if err != nil || string(b) != "lower data" {
@@ -116,10 +77,10 @@ func TestReadDoesNotCopyUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		if exists(l.Upper + "/dir/file") {
+		if guestfs.Exists(t, l.Upper+"/dir/file") {
 			t.Errorf("reading copied the file up")
 		}
-		if exists(l.Upper + "/dir") {
+		if guestfs.Exists(t, l.Upper+"/dir") {
 			t.Errorf("reading copied the parent directory up")
 		}
 	})
@@ -138,7 +99,7 @@ func TestCopyUpKeepsMetadata(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
 		lower := l.Lower[0] + "/f"
-		write(t, lower, "lower data")
+		guestfs.Write(t, lower, "lower data", 0o644)
 		// chown before chmod: chown clears S_ISUID even for root.
 		if err := os.Lchown(lower, 1234, 5678); err != nil {
 			t.Fatal(err)
@@ -164,7 +125,7 @@ func TestCopyUpKeepsMetadata(t *testing.T) {
 		if err := os.Chtimes(lower, old, old); err != nil {
 			t.Fatal(err)
 		}
-		lst := lstat(t, lower)
+		lst := guestfs.Lstat(t, lower)
 		l.Mount(t)
 
 		// Opening for write copies up without changing data or times.
@@ -174,7 +135,7 @@ func TestCopyUpKeepsMetadata(t *testing.T) {
 		}
 		f.Close()
 		upper := l.Upper + "/f"
-		ust := lstat(t, upper)
+		ust := guestfs.Lstat(t, upper)
 		if ust.Mode != lst.Mode {
 			t.Errorf("upper mode %o, want %o", ust.Mode, lst.Mode)
 		}
@@ -214,19 +175,19 @@ func TestCopyUpKeepsMetadata(t *testing.T) {
 func TestUnlinkLeavesWhiteout(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		write(t, l.Lower[0]+"/gone", "x")
+		guestfs.Write(t, l.Lower[0]+"/gone", "x", 0o644)
 		l.Mount(t)
 		if err := os.Remove(l.Merged + "/gone"); err != nil {
 			t.Fatalf("unlink: %v", err)
 		}
-		if exists(l.Merged + "/gone") {
+		if guestfs.Exists(t, l.Merged+"/gone") {
 			t.Error("unlinked file still visible")
 		}
-		st := lstat(t, l.Upper+"/gone")
+		st := guestfs.Lstat(t, l.Upper+"/gone")
 		if st.Mode&unix.S_IFMT != unix.S_IFCHR || st.Rdev != 0 {
 			t.Errorf("upper/gone mode %o rdev %d, want a 0/0 character device", st.Mode, st.Rdev)
 		}
-		if !exists(l.Lower[0] + "/gone") {
+		if !guestfs.Exists(t, l.Lower[0]+"/gone") {
 			t.Error("unlink removed the lower file")
 		}
 	})
@@ -235,7 +196,7 @@ func TestUnlinkLeavesWhiteout(t *testing.T) {
 func TestRmdirMkdirMakesOpaqueDir(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		write(t, l.Lower[0]+"/d/old", "x")
+		guestfs.Write(t, l.Lower[0]+"/d/old", "x", 0o644)
 		l.Mount(t)
 		if err := os.Remove(l.Merged + "/d/old"); err != nil {
 			t.Fatal(err)
@@ -250,7 +211,7 @@ func TestRmdirMkdirMakesOpaqueDir(t *testing.T) {
 		if err != nil || v != "y" {
 			t.Errorf("upper/d trusted.overlay.opaque = %q, %v; want y", v, err)
 		}
-		if got := names(t, l.Merged+"/d"); len(got) != 0 {
+		if got := guestfs.Names(t, l.Merged+"/d"); len(got) != 0 {
 			t.Errorf("new directory shows lower entries %v", got)
 		}
 	})
@@ -260,7 +221,7 @@ func TestRenameLowerDir(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		t.Run("redirect_dir=off", func(t *testing.T) {
 			l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-			write(t, l.Lower[0]+"/src/f", "x")
+			guestfs.Write(t, l.Lower[0]+"/src/f", "x", 0o644)
 			l.Mount(t, "redirect_dir=off")
 			err := os.Rename(l.Merged+"/src", l.Merged+"/dst")
 			if !errors.Is(err, unix.EXDEV) {
@@ -269,7 +230,7 @@ func TestRenameLowerDir(t *testing.T) {
 		})
 		t.Run("redirect_dir=on", func(t *testing.T) {
 			l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-			write(t, l.Lower[0]+"/src/f", "content")
+			guestfs.Write(t, l.Lower[0]+"/src/f", "content", 0o644)
 			l.Mount(t, "redirect_dir=on")
 			if err := os.Rename(l.Merged+"/src", l.Merged+"/dst"); err != nil {
 				t.Fatalf("rename with redirect_dir=on: %v", err)
@@ -277,7 +238,7 @@ func TestRenameLowerDir(t *testing.T) {
 			if b, err := os.ReadFile(l.Merged + "/dst/f"); err != nil || string(b) != "content" {
 				t.Errorf("dst/f = %q, %v", b, err)
 			}
-			if exists(l.Merged + "/src") {
+			if guestfs.Exists(t, l.Merged+"/src") {
 				t.Error("src still visible after rename")
 			}
 			v, err := getxattr(l.Upper+"/dst", "trusted.overlay.redirect")
@@ -291,12 +252,12 @@ func TestRenameLowerDir(t *testing.T) {
 func TestHardLinks(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		write(t, l.Lower[0]+"/a", "shared")
+		guestfs.Write(t, l.Lower[0]+"/a", "shared", 0o644)
 		l.Mount(t)
 		if err := os.Link(l.Merged+"/a", l.Merged+"/b"); err != nil {
 			t.Fatalf("link: %v", err)
 		}
-		sa, sb := lstat(t, l.Merged+"/a"), lstat(t, l.Merged+"/b")
+		sa, sb := guestfs.Lstat(t, l.Merged+"/a"), guestfs.Lstat(t, l.Merged+"/b")
 		if sa.Ino != sb.Ino || sa.Nlink != 2 {
 			t.Errorf("a ino %d nlink %d, b ino %d: want one inode with two links", sa.Ino, sa.Nlink, sb.Ino)
 		}
@@ -306,7 +267,7 @@ func TestHardLinks(t *testing.T) {
 		if b, _ := os.ReadFile(l.Merged + "/a"); string(b) != "changed" {
 			t.Errorf("write through b not visible through a: %q", b)
 		}
-		ua, ub := lstat(t, l.Upper+"/a"), lstat(t, l.Upper+"/b")
+		ua, ub := guestfs.Lstat(t, l.Upper+"/a"), guestfs.Lstat(t, l.Upper+"/b")
 		if ua.Ino != ub.Ino {
 			t.Error("upper a and b are not one inode")
 		}
@@ -316,17 +277,17 @@ func TestHardLinks(t *testing.T) {
 func TestReaddirMergesAndHidesWhiteouts(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 2)
-		write(t, l.Lower[0]+"/d/top", "x")
-		write(t, l.Lower[0]+"/d/both", "top version")
-		write(t, l.Lower[1]+"/d/bottom", "x")
-		write(t, l.Lower[1]+"/d/both", "bottom version")
-		write(t, l.Lower[1]+"/d/victim", "x")
+		guestfs.Write(t, l.Lower[0]+"/d/top", "x", 0o644)
+		guestfs.Write(t, l.Lower[0]+"/d/both", "top version", 0o644)
+		guestfs.Write(t, l.Lower[1]+"/d/bottom", "x", 0o644)
+		guestfs.Write(t, l.Lower[1]+"/d/both", "bottom version", 0o644)
+		guestfs.Write(t, l.Lower[1]+"/d/victim", "x", 0o644)
 		l.Mount(t)
-		write(t, l.Merged+"/d/new", "x")
+		guestfs.Write(t, l.Merged+"/d/new", "x", 0o644)
 		if err := os.Remove(l.Merged + "/d/victim"); err != nil {
 			t.Fatal(err)
 		}
-		got := strings.Join(names(t, l.Merged+"/d"), ",")
+		got := strings.Join(guestfs.Names(t, l.Merged+"/d"), ",")
 		if got != "both,bottom,new,top" {
 			t.Errorf("merged readdir = %s, want both,bottom,new,top", got)
 		}
@@ -334,7 +295,7 @@ func TestReaddirMergesAndHidesWhiteouts(t *testing.T) {
 			t.Errorf("d/both = %q, want the top layer's", b)
 		}
 		// The whiteout is on disk in the upper, just not listed.
-		if st := lstat(t, l.Upper+"/d/victim"); st.Mode&unix.S_IFMT != unix.S_IFCHR {
+		if st := guestfs.Lstat(t, l.Upper+"/d/victim"); st.Mode&unix.S_IFMT != unix.S_IFCHR {
 			t.Errorf("upper/d/victim mode %o, want whiteout", st.Mode)
 		}
 	})

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -19,7 +21,7 @@ import (
 // inode left and returns their paths.
 func fillInodes(t *testing.T, dir string) []string {
 	t.Helper()
-	mkdir(t, dir)
+	guestfs.MkdirAll(t, dir)
 	var files []string
 	for i := 0; ; i++ {
 		p := filepath.Join(dir, fmt.Sprintf("f%d", i))
@@ -59,8 +61,8 @@ func fullUpperWithWorkdir(t *testing.T) (guesttest.Layers, []string) {
 	t.Helper()
 	base := guesttest.FS{Name: "tmpfs"}.Scratch(t, "size=16m,nr_inodes=64")
 	l := guesttest.NewLayers(t, base, 1)
-	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
-	mkdir(t, filepath.Join(l.Lower[0], "d"))
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
+	guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "d"))
 
 	l.Mount(t)
 	l.Unmount(t)
@@ -98,7 +100,7 @@ func TestFullUpperInodesAtMount(t *testing.T) {
 		t.Errorf("no warning about the RENAME_WHITEOUT probe on a full upper fs")
 	}
 	opts := mountOptions(t, l.Merged)
-	if hasOption(opts, "ro") {
+	if slices.Contains(opts, "ro") {
 		t.Fatalf("overlay on a full upper fs is read-only: %v", opts)
 	}
 
@@ -182,7 +184,7 @@ func fullUpperWithoutWorkdir(t *testing.T) guesttest.Layers {
 	t.Helper()
 	base := guesttest.FS{Name: "tmpfs"}.Scratch(t, "size=16m,nr_inodes=64")
 	l := guesttest.NewLayers(t, base, 1)
-	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower data")
 	fillInodes(t, filepath.Join(base, "filler"))
 	if _, err := os.Stat(filepath.Join(l.Work, "work")); !os.IsNotExist(err) {
 		t.Fatalf("work/work before the first mount: got %v, want ENOENT", err)
@@ -202,7 +204,7 @@ func TestFullUpperNoWorkdir(t *testing.T) {
 	if !strings.Contains(msg, "mounting read-only") || !strings.Contains(msg, fmt.Sprintf("errno: %d", int(unix.ENOSPC))) {
 		t.Errorf("kernel message %q does not report ENOSPC and read-only", msg)
 	}
-	if !hasOption(mountOptions(t, l.Merged), "ro") {
+	if !slices.Contains(mountOptions(t, l.Merged), "ro") {
 		t.Errorf("mount without a work dir is not read-only: %v", mountOptions(t, l.Merged))
 	}
 	if b, err := os.ReadFile(filepath.Join(l.Merged, "f")); err != nil || string(b) != "lower data" {

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -44,18 +45,18 @@ func setStrictUpperParam(t *testing.T, value string) {
 func liveUpperAndLowerOnly(t *testing.T, base string) (a, ro guesttest.Layers) {
 	t.Helper()
 	a = guesttest.NewLayers(t, base, 1)
-	writeFile(t, filepath.Join(a.Lower[0], "f"), "lower")
+	guestfs.WriteFile(t, filepath.Join(a.Lower[0], "f"), "lower")
 	a.Mount(t, "index=off")
-	writeFile(t, filepath.Join(a.Merged, "from-a"), "a")
+	guestfs.WriteFile(t, filepath.Join(a.Merged, "from-a"), "a")
 
 	second := filepath.Join(base, "lower-second")
-	mkdir(t, second)
-	writeFile(t, filepath.Join(second, "below"), "below")
+	guestfs.MkdirAll(t, second)
+	guestfs.WriteFile(t, filepath.Join(second, "below"), "below")
 	ro = guesttest.Layers{
 		Lower:  []string{a.Upper, second},
 		Merged: filepath.Join(base, "merged-ro"),
 	}
-	mkdir(t, ro.Merged)
+	guestfs.MkdirAll(t, ro.Merged)
 	return a, ro
 }
 
@@ -131,7 +132,7 @@ func TestSharedDirsIndexOff036(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		base := fs.Scratch(t, "")
 		a := guesttest.NewLayers(t, base, 1)
-		writeFile(t, filepath.Join(a.Lower[0], "f"), "lower")
+		guestfs.WriteFile(t, filepath.Join(a.Lower[0], "f"), "lower")
 		a.Mount(t, "index=off")
 
 		// other returns layers sharing a's upper dir (or its work dir)
@@ -139,7 +140,7 @@ func TestSharedDirsIndexOff036(t *testing.T) {
 		other := func(name string, sameUpper bool) guesttest.Layers {
 			m := secondMount(t, a, base, "merged-"+name)
 			dir := filepath.Join(base, "dir-"+name)
-			mkdir(t, dir)
+			guestfs.MkdirAll(t, dir)
 			if sameUpper {
 				m.Work = dir
 			} else {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -167,10 +168,10 @@ func TestSharedWorkdirParallelMounts(t *testing.T) {
 		l := guesttest.NewLayers(t, base, 1)
 		targets := make([]string, parallelMounts)
 		for i := range targets {
-			writeFile(t, filepath.Join(l.Lower[0], fmt.Sprintf("f%d", i)), "lower")
-			mkdir(t, filepath.Join(l.Lower[0], fmt.Sprintf("d%d", i)))
+			guestfs.WriteFile(t, filepath.Join(l.Lower[0], fmt.Sprintf("f%d", i)), "lower")
+			guestfs.MkdirAll(t, filepath.Join(l.Lower[0], fmt.Sprintf("d%d", i)))
 			targets[i] = filepath.Join(base, fmt.Sprintf("merged%d", i))
-			mkdir(t, targets[i])
+			guestfs.MkdirAll(t, targets[i])
 		}
 		// A first mount leaves work/work behind, so that in every
 		// iteration the first mount has an old work dir to clean.

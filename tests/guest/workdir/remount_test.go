@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -37,12 +38,12 @@ func TestRemountKeepsOptions(t *testing.T) {
 	guesttest.Keeps(t, "remount ro and rw keeps the overlay working with its options")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		writeFile(t, filepath.Join(l.Lower[0], "f"), "lower")
-		writeFile(t, filepath.Join(l.Lower[0], "g"), "lower")
-		mkdir(t, filepath.Join(l.Lower[0], "d"))
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower")
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "g"), "lower")
+		guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "d"))
 		l.Mount(t, "index=off")
 		opts := mountOptions(t, l.Merged)
-		if !hasOption(opts, "rw") {
+		if !slices.Contains(opts, "rw") {
 			t.Fatalf("fresh overlay is not read-write: %v", opts)
 		}
 		if err := os.Remove(filepath.Join(l.Merged, "f")); err != nil {
@@ -70,7 +71,7 @@ func TestRemountKeepsOptions(t *testing.T) {
 			t.Errorf("options after remount,rw: %v, want %v", got, opts)
 		}
 
-		writeFile(t, filepath.Join(l.Merged, "new"), "new")
+		guestfs.WriteFile(t, filepath.Join(l.Merged, "new"), "new")
 		if err := os.Remove(filepath.Join(l.Merged, "g")); err != nil {
 			t.Errorf("unlink of a lower file after the remounts: %v", err)
 		}
@@ -90,10 +91,10 @@ func TestRemountKeepsStrictUpper(t *testing.T) {
 	guesttest.Proves(t, subjectStrictUpper)
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l := guesttest.NewLayers(t, fs.Scratch(t, ""), 1)
-		writeFile(t, filepath.Join(l.Lower[0], "f"), "lower")
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower")
 		l.Mount(t, "strict_upper")
 		opts := mountOptions(t, l.Merged)
-		if !hasOption(opts, "strict_upper") {
+		if !slices.Contains(opts, "strict_upper") {
 			t.Fatalf("/proc/mounts options %v lack strict_upper", opts)
 		}
 

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -18,10 +19,10 @@ func sharedLayers(t *testing.T, fs guesttest.FS) (guesttest.Layers, string) {
 	t.Helper()
 	base := fs.Scratch(t, "")
 	l := guesttest.NewLayers(t, base, 1)
-	writeFile(t, filepath.Join(l.Lower[0], "f1"), "one")
-	writeFile(t, filepath.Join(l.Lower[0], "f2"), "two")
-	writeFile(t, filepath.Join(l.Lower[0], "f3"), "three")
-	mkdir(t, filepath.Join(l.Lower[0], "d"))
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f1"), "one")
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f2"), "two")
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f3"), "three")
+	guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "d"))
 	return l, base
 }
 
@@ -69,7 +70,7 @@ func TestSharedWorkdirKeepsFirstMountUsable(t *testing.T) {
 		}
 
 		// The second mount works too, on the same upper dir.
-		writeFile(t, filepath.Join(b.Merged, "from-b"), "b")
+		guestfs.WriteFile(t, filepath.Join(b.Merged, "from-b"), "b")
 		if _, err := os.Stat(filepath.Join(a.Upper, "from-b")); err != nil {
 			t.Errorf("file created in the second mount is not in upper: %v", err)
 		}
@@ -136,8 +137,8 @@ func TestSharedWorkdirHandover(t *testing.T) {
 	guesttest.Proves(t, subjectSharedWorkdir)
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		a, base := sharedLayers(t, fs)
-		mkdir(t, filepath.Join(a.Lower[0], "e"))
-		mkdir(t, filepath.Join(a.Lower[0], "g"))
+		guestfs.MkdirAll(t, filepath.Join(a.Lower[0], "e"))
+		guestfs.MkdirAll(t, filepath.Join(a.Lower[0], "g"))
 		a.Mount(t, "index=off")
 
 		kmsg := guesttest.OpenKmsg(t)
@@ -190,7 +191,7 @@ func TestVolatileMountWorks(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		l, _ := sharedLayers(t, fs)
 		l.Mount(t, "index=off", "volatile")
-		writeFile(t, filepath.Join(l.Merged, "new"), "volatile")
+		guestfs.WriteFile(t, filepath.Join(l.Merged, "new"), "volatile")
 		if err := os.Remove(filepath.Join(l.Merged, "f1")); err != nil {
 			t.Errorf("unlink in the volatile mount: %v", err)
 		}

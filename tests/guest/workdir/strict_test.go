@@ -5,48 +5,24 @@ package workdir
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
 const missingFeaturesMsg = "upper fs missing required features"
-
-// fsImmutableFL is FS_IMMUTABLE_FL of FS_IOC_SETFLAGS: nothing can be
-// created in a directory that has it, not even by root.
-const fsImmutableFL = 0x00000010
-
-// setImmutable sets or clears the immutable flag of dir.
-func setImmutable(t *testing.T, dir string, on bool) {
-	t.Helper()
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatalf("open %s: %v", dir, err)
-	}
-	defer unix.Close(fd)
-	flags, err := unix.IoctlGetUint32(fd, unix.FS_IOC_GETFLAGS)
-	if err != nil {
-		t.Fatalf("FS_IOC_GETFLAGS %s: %v", dir, err)
-	}
-	if on {
-		flags |= fsImmutableFL
-	} else {
-		flags &^= fsImmutableFL
-	}
-	if err := unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, int(flags)); err != nil {
-		t.Fatalf("FS_IOC_SETFLAGS %s: %v", dir, err)
-	}
-}
 
 // ramfs has no xattr and no RENAME_WHITEOUT support but d_type and
 // O_TMPFILE: a plain mount degrades, strict_upper names what is missing.
 func TestStrictUpperRamfs(t *testing.T) {
 	guesttest.Proves(t, subjectStrictUpper)
 	l := guesttest.NewLayers(t, mountRamfs(t), 1)
-	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower")
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower")
 
 	// Without the option nothing changes: the mount succeeds.
 	l.Mount(t)
@@ -76,7 +52,7 @@ func mountRamfs(t *testing.T) string {
 	t.Helper()
 	scratch := guesttest.FS{Name: "tmpfs"}.Scratch(t, "")
 	base := filepath.Join(scratch, "ramfs")
-	mkdir(t, base)
+	guestfs.MkdirAll(t, base)
 	if err := unix.Mount("ramfs", base, "ramfs", 0, ""); err != nil {
 		t.Fatalf("mount ramfs: %v", err)
 	}
@@ -89,9 +65,9 @@ func mountRamfs(t *testing.T) string {
 func TestUpperWithoutWhiteoutSupport(t *testing.T) {
 	guesttest.Keeps(t, "a plain mount on an upper without RENAME_WHITEOUT and xattr succeeds with warnings")
 	l := guesttest.NewLayers(t, mountRamfs(t), 1)
-	writeFile(t, filepath.Join(l.Lower[0], "f"), "lower")
-	writeFile(t, filepath.Join(l.Lower[0], "g"), "lower")
-	mkdir(t, filepath.Join(l.Lower[0], "d"))
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower")
+	guestfs.WriteFile(t, filepath.Join(l.Lower[0], "g"), "lower")
+	guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "d"))
 
 	kmsg := guesttest.OpenKmsg(t)
 	l.Mount(t)
@@ -103,7 +79,7 @@ func TestUpperWithoutWhiteoutSupport(t *testing.T) {
 	if !sawWhiteout || !sawXattr {
 		t.Errorf("warnings on ramfs: RENAME_WHITEOUT %v, xattr %v; want both", sawWhiteout, sawXattr)
 	}
-	if opts := mountOptions(t, l.Merged); hasOption(opts, "ro") {
+	if opts := mountOptions(t, l.Merged); slices.Contains(opts, "ro") {
 		t.Fatalf("overlay on ramfs is read-only: %v", opts)
 	}
 
@@ -131,14 +107,14 @@ func TestStrictUpperUncreatableWorkdir(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		base := fs.Scratch(t, "")
 		l := guesttest.NewLayers(t, base, 1)
-		writeFile(t, filepath.Join(l.Lower[0], "f"), "lower")
-		setImmutable(t, l.Work, true)
-		t.Cleanup(func() { setImmutable(t, l.Work, false) })
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower")
+		guestfs.SetImmutable(t, l.Work, true)
+		t.Cleanup(func() { guestfs.SetImmutable(t, l.Work, false) })
 
 		kmsg := guesttest.OpenKmsg(t)
 		l.Mount(t)
 		kmsg.Expect(t, "mounting read-only")
-		if !hasOption(mountOptions(t, l.Merged), "ro") {
+		if !slices.Contains(mountOptions(t, l.Merged), "ro") {
 			t.Errorf("plain mount without a work dir is not read-only: %v", mountOptions(t, l.Merged))
 		}
 		l.Unmount(t)
@@ -165,9 +141,9 @@ func TestStrictUpperInUse(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		base := fs.Scratch(t, "")
 		a := guesttest.NewLayers(t, base, 1)
-		writeFile(t, filepath.Join(a.Lower[0], "f"), "lower")
-		writeFile(t, filepath.Join(a.Lower[0], "g"), "lower")
-		mkdir(t, filepath.Join(a.Lower[0], "d"))
+		guestfs.WriteFile(t, filepath.Join(a.Lower[0], "f"), "lower")
+		guestfs.WriteFile(t, filepath.Join(a.Lower[0], "g"), "lower")
+		guestfs.MkdirAll(t, filepath.Join(a.Lower[0], "d"))
 		a.Mount(t, "index=off")
 
 		// inUse checks that the in-use warning names dir.
@@ -181,18 +157,18 @@ func TestStrictUpperInUse(t *testing.T) {
 		kmsg := guesttest.OpenKmsg(t)
 		sameUpper := secondMount(t, a, base, "merged-upper")
 		sameUpper.Work = filepath.Join(base, "work-b")
-		mkdir(t, sameUpper.Work)
+		guestfs.MkdirAll(t, sameUpper.Work)
 		if err := sameUpper.TryMount(t, "index=off", "strict_upper"); err != nil {
 			t.Fatalf("strict_upper mount sharing the upper dir with index=off: %v", err)
 		}
 		inUse(kmsg, "upperdir")
-		if opts := mountOptions(t, sameUpper.Merged); !hasOption(opts, "strict_upper") {
+		if opts := mountOptions(t, sameUpper.Merged); !slices.Contains(opts, "strict_upper") {
 			t.Errorf("/proc/mounts options %v lack strict_upper", opts)
 		}
 
 		sameWork := secondMount(t, a, base, "merged-work")
 		sameWork.Upper = filepath.Join(base, "upper-c")
-		mkdir(t, sameWork.Upper)
+		guestfs.MkdirAll(t, sameWork.Upper)
 		if err := sameWork.TryMount(t, "index=off", "strict_upper"); err != nil {
 			t.Fatalf("strict_upper mount sharing the work dir with index=off: %v", err)
 		}
@@ -200,7 +176,7 @@ func TestStrictUpperInUse(t *testing.T) {
 
 		busyUpper := secondMount(t, a, base, "merged-busy-upper")
 		busyUpper.Work = filepath.Join(base, "work-d")
-		mkdir(t, busyUpper.Work)
+		guestfs.MkdirAll(t, busyUpper.Work)
 		err := busyUpper.TryMount(t, "index=on", "strict_upper")
 		if errnoOf(err) != unix.EBUSY {
 			t.Errorf("strict_upper mount sharing the upper dir with index=on: got %v, want EBUSY", err)
@@ -209,7 +185,7 @@ func TestStrictUpperInUse(t *testing.T) {
 
 		busyWork := secondMount(t, a, base, "merged-busy-work")
 		busyWork.Upper = filepath.Join(base, "upper-e")
-		mkdir(t, busyWork.Upper)
+		guestfs.MkdirAll(t, busyWork.Upper)
 		err = busyWork.TryMount(t, "index=on", "strict_upper")
 		if errnoOf(err) != unix.EBUSY {
 			t.Errorf("strict_upper mount sharing the work dir with index=on: got %v, want EBUSY", err)
@@ -239,16 +215,16 @@ func TestStrictUpperAccepted(t *testing.T) {
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		base := fs.Scratch(t, "")
 		l := guesttest.NewLayers(t, base, 1)
-		writeFile(t, filepath.Join(l.Lower[0], "f"), "lower")
-		mkdir(t, filepath.Join(l.Lower[0], "d"))
+		guestfs.WriteFile(t, filepath.Join(l.Lower[0], "f"), "lower")
+		guestfs.MkdirAll(t, filepath.Join(l.Lower[0], "d"))
 
 		kmsg := guesttest.OpenKmsg(t)
 		l.Mount(t, "strict_upper")
 		opts := mountOptions(t, l.Merged)
-		if !hasOption(opts, "strict_upper") {
+		if !slices.Contains(opts, "strict_upper") {
 			t.Errorf("/proc/mounts options %v lack strict_upper", opts)
 		}
-		if hasOption(opts, "ro") {
+		if slices.Contains(opts, "ro") {
 			t.Errorf("strict_upper mount is read-only: %v", opts)
 		}
 		for _, line := range kmsg.Lines(t) {

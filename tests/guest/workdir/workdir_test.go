@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -29,20 +30,6 @@ const (
 // inUseMsg is the start of the kernel's report of an upper or work dir
 // that another overlay mount is using.
 const inUseMsg = "is in-use as upperdir/workdir of another mount"
-
-func writeFile(t *testing.T, path, data string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-		t.Fatalf("write %s: %v", path, err)
-	}
-}
-
-func mkdir(t *testing.T, path string) {
-	t.Helper()
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		t.Fatalf("mkdir %s: %v", path, err)
-	}
-}
 
 // mountOptions returns the options field of the mount at target in
 // /proc/self/mounts, or fails the test when nothing is mounted there.
@@ -75,15 +62,6 @@ func mountOptions(t *testing.T, target string) []string {
 	return opts
 }
 
-func hasOption(opts []string, want string) bool {
-	for _, o := range opts {
-		if o == want {
-			return true
-		}
-	}
-	return false
-}
-
 // errnoOf returns the errno inside err, or 0 when there is none.
 func errnoOf(err error) unix.Errno {
 	var errno unix.Errno
@@ -99,6 +77,6 @@ func secondMount(t *testing.T, l guesttest.Layers, base, name string) guesttest.
 	t.Helper()
 	m := l
 	m.Merged = filepath.Join(base, name)
-	mkdir(t, m.Merged)
+	guestfs.MkdirAll(t, m.Merged)
 	return m
 }
