@@ -15,11 +15,14 @@ type Problem struct {
 	What  string `json:"what"`
 }
 
-func (p Problem) String() string {
-	if p.Layer == "" {
-		return p.What
+func (p Problem) String() string { return prefixed(p.Layer, p.What) }
+
+// prefixed is what, after where and a colon when there is a where.
+func prefixed(where, what string) string {
+	if where == "" {
+		return what
 	}
-	return p.Layer + ": " + p.What
+	return where + ": " + what
 }
 
 // Check verifies the store's invariants without changing anything: every

@@ -24,15 +24,11 @@ type Differ interface {
 // with one rename; a failed or interrupted apply leaves the layer as it
 // was.
 func (s *Store) ApplyDiff(ctx context.Context, id string, r io.Reader) (n int64, err error) {
-	l, err := s.lockLayer(ctx, id)
+	l, _, live, err := s.lockMounts(ctx, "apply", id)
 	if err != nil {
-		return 0, fmt.Errorf("apply: %w", err)
+		return 0, err
 	}
 	defer l.unlock()
-	_, live, err := l.liveMounts()
-	if err != nil {
-		return 0, fmt.Errorf("apply: %w", err)
-	}
 	if live {
 		return 0, fmt.Errorf("apply %s: %w", id, ErrMounted)
 	}

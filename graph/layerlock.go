@@ -112,6 +112,22 @@ func (l *layerLock) liveMounts() (mountRecord, bool, error) {
 	return m, l.s.live(l.id, m), nil
 }
 
+// lockMounts takes id's lock and reads its mount record, as every
+// operation on one layer begins; op names the operation in errors. The
+// caller unlocks.
+func (s *Store) lockMounts(ctx context.Context, op, id string) (*layerLock, mountRecord, bool, error) {
+	l, err := s.lockLayer(ctx, id)
+	if err != nil {
+		return nil, mountRecord{}, false, fmt.Errorf("%s: %w", op, err)
+	}
+	m, live, err := l.liveMounts()
+	if err != nil {
+		l.unlock()
+		return nil, mountRecord{}, false, fmt.Errorf("%s: %w", op, err)
+	}
+	return l, m, live, nil
+}
+
 // live reports whether record m of id counts a mount that is there: a
 // count left by a crashed process or a reboot is not one.
 func (s *Store) live(id string, m mountRecord) bool {

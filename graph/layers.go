@@ -368,15 +368,11 @@ func (s *Store) Layers() ([]LayerInfo, error) {
 // ctx fails Remove there, with the layer still in place. Once the state
 // has forgotten the layer, its files are removed whatever ctx says.
 func (s *Store) Remove(ctx context.Context, id string) error {
-	l, err := s.lockLayer(ctx, id)
+	l, m, live, err := s.lockMounts(ctx, "remove", id)
 	if err != nil {
-		return fmt.Errorf("remove: %w", err)
+		return err
 	}
 	defer l.unlock()
-	m, live, err := l.liveMounts()
-	if err != nil {
-		return fmt.Errorf("remove: %w", err)
-	}
 	if live {
 		return fmt.Errorf("remove %s: %w (%d references)", id, ErrMounted, m.Refs)
 	}
@@ -431,15 +427,11 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 // mounted. Once mounted, Get finishes: undoing the mount would cost more
 // than recording it.
 func (s *Store) Get(ctx context.Context, id string) (string, error) {
-	l, err := s.lockLayer(ctx, id)
+	l, m, live, err := s.lockMounts(ctx, "get", id)
 	if err != nil {
-		return "", fmt.Errorf("get: %w", err)
+		return "", err
 	}
 	defer l.unlock()
-	m, live, err := l.liveMounts()
-	if err != nil {
-		return "", fmt.Errorf("get: %w", err)
-	}
 	merged := s.mergedDir(id)
 	if live {
 		m.Refs++
@@ -512,15 +504,11 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 // ctx bounds the wait for the layer's lock; a done ctx fails Put there
 // with the reference still held. Once the lock is held, Put finishes.
 func (s *Store) Put(ctx context.Context, id string) error {
-	l, err := s.lockLayer(ctx, id)
+	l, m, live, err := s.lockMounts(ctx, "put", id)
 	if err != nil {
-		return fmt.Errorf("put: %w", err)
+		return err
 	}
 	defer l.unlock()
-	m, live, err := l.liveMounts()
-	if err != nil {
-		return fmt.Errorf("put: %w", err)
-	}
 	if m.Refs == 0 {
 		return fmt.Errorf("put %s: %w", id, ErrNotMounted)
 	}

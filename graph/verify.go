@@ -70,12 +70,7 @@ type Damage struct {
 	Derivable bool `json:"derivable"`
 }
 
-func (d Damage) String() string {
-	if d.Path == "" {
-		return d.What
-	}
-	return d.Path + ": " + d.What
-}
+func (d Damage) String() string { return prefixed(d.Path, d.What) }
 
 // Report is what Verify found about one layer.
 type Report struct {
