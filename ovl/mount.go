@@ -49,32 +49,27 @@ func (m Mounter) pageSize() int {
 // flags are the mount(2) flags of c: MS_RDONLY for readOnly, and
 // MS_NOSUID and MS_NODEV as c asks.
 func (c Config) flags(readOnly bool) uintptr {
-	var flags uintptr
-	if readOnly {
-		flags |= unix.MS_RDONLY
-	}
-	if c.NoSuid {
-		flags |= unix.MS_NOSUID
-	}
-	if c.NoDev {
-		flags |= unix.MS_NODEV
-	}
-	return flags
+	return uintptr(c.bits(readOnly, unix.MS_RDONLY, unix.MS_NOSUID, unix.MS_NODEV))
 }
 
 // attrs are the same flags as fsmount(2) attributes.
 func (c Config) attrs(readOnly bool) int {
-	var attr int
-	if readOnly {
-		attr |= unix.MOUNT_ATTR_RDONLY
+	return int(c.bits(readOnly, unix.MOUNT_ATTR_RDONLY, unix.MOUNT_ATTR_NOSUID, unix.MOUNT_ATTR_NODEV))
+}
+
+// bits ORs the bits, in one of the two APIs' spellings, of what c asks
+// for: read-only, no setuid, no devices.
+func (c Config) bits(readOnly bool, rdonly, nosuid, nodev uint64) uint64 {
+	var b uint64
+	for _, f := range []struct {
+		on  bool
+		bit uint64
+	}{{readOnly, rdonly}, {c.NoSuid, nosuid}, {c.NoDev, nodev}} {
+		if f.on {
+			b |= f.bit
+		}
 	}
-	if c.NoSuid {
-		attr |= unix.MOUNT_ATTR_NOSUID
-	}
-	if c.NoDev {
-		attr |= unix.MOUNT_ATTR_NODEV
-	}
-	return attr
+	return b
 }
 
 // Mount mounts the overlay c on target. readOnly adds MS_RDONLY;
