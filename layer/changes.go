@@ -57,11 +57,7 @@ func treeChanges(ctx context.Context, oldRoot, newRoot string) ([]Change, error)
 }
 
 func (c *comparer) run() error {
-	o, err := c.oldV.root()
-	if err != nil {
-		return err
-	}
-	n, err := c.newV.root()
+	o, n, err := roots(c.oldV, c.newV)
 	if err != nil {
 		return err
 	}

@@ -177,11 +177,7 @@ func export(ctx context.Context, w io.Writer, diff string, opts ExportOptions) e
 }
 
 func (e *exporter) run() error {
-	n, err := e.newV.root()
-	if err != nil {
-		return err
-	}
-	o, err := e.oldV.root()
+	o, n, err := roots(e.oldV, e.newV)
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,15 @@ type node struct {
 
 func (n *node) isDir() bool { return n.exists && n.st.Mode&unix.S_IFMT == unix.S_IFDIR }
 
+// roots returns the merged roots of the two views a comparison walks.
+func roots(oldV, newV *fsView) (o, n node, err error) {
+	if o, err = oldV.root(); err != nil {
+		return o, n, err
+	}
+	n, err = newV.root()
+	return o, n, err
+}
+
 // root returns the merged root. The root of every layer takes part;
 // overlayfs does not apply an opaque marker on the root of a layer.
 func (v *fsView) root() (node, error) {
