@@ -198,9 +198,50 @@ cmd_build() {
 	if [ "${V:-0}" = 1 ]; then
 		make "${args[@]}"
 	else
-		phase "build $tree kernel ($(config_name), ccache)" "$obj/build.log" make "${args[@]}"
+		build_with_progress "build $tree kernel ($(config_name), ccache)" \
+			"$obj/build.log" "$(expected_objects "$tree")" make "${args[@]}"
 	fi
+	# What the next build of this configuration compares its progress with.
+	find "$obj" -name '*.o' | wc -l >"$obj/.ovlkit-objects"
 	say "$tree kernel: $obj/arch/x86/boot/bzImage"
+}
+
+# expected_objects TREE: the objects a full build of TREE's configuration
+# makes, for the progress line: what the last build of this tree, or of
+# another tree with the same configuration, left; else the estimate in
+# kconfig/objects; else 0 (unknown).
+expected_objects() {
+	local f
+	for f in "$(obj_dir "$1")/.ovlkit-objects" "$ROOT"/*/"obj-$(config_name)/.ovlkit-objects"; do
+		if [ -s "$f" ]; then
+			cat "$f"
+			return
+		fi
+	done
+	awk -v base="$KBASE" -v cfg="$(config_name)" \
+		'$1 == base && $2 == cfg { n = $3 } END { print n + 0 }' "$OVLKIT_TOP/kconfig/objects"
+}
+
+# build_with_progress NAME LOG EXPECT CMD...: phase for a kernel build, with
+# a progress line (objects done out of EXPECT, elapsed time, estimate) drawn
+# by tools/buildprogress while CMD's output goes to LOG.
+build_with_progress() {
+	local name=$1 log=$2 expect=$3 start rc status
+	shift 3
+	start=$(date +%s)
+	say "$name ..."
+	# Built first, so that a compile error in the tool is not taken for
+	# one in the kernel.
+	local tool=$CACHE/bin/buildprogress
+	(cd "$OVLKIT_TOP" && go build -o "$tool" ./tools/buildprogress) ||
+		die "building tools/buildprogress failed"
+	set +e
+	"$@" 2>&1 | "$tool" -log "$log" -name "$name" -expect "$expect"
+	status=("${PIPESTATUS[@]}")
+	rc=${status[0]}
+	[ "$rc" -ne 0 ] || rc=${status[1]}
+	set -e
+	phase_end "$name" "$log" "$start" "$rc"
 }
 
 cmd_devtree() {

@@ -39,6 +39,13 @@ phase() {
 	"$@" >"$log" 2>&1
 	rc=$?
 	set -e
+	phase_end "$name" "$log" "$start" "$rc"
+}
+
+# phase_end NAME LOG START RC: the last line of a phase; when RC is not 0,
+# the errors and the end of LOG, and exit.
+phase_end() {
+	local name=$1 log=$2 start=$3 rc=$4
 	if [ "$rc" -ne 0 ]; then
 		printf 'error: %s failed (exit %d); last lines of %s:\n' "$name" "$rc" "$log" >&2
 		# Errors first: a parallel make puts them anywhere in the log.
