@@ -144,6 +144,34 @@ func (c Config) Data() string {
 	return b.String()
 }
 
+// OptionList renders c as the option list of a mount(8)-style caller,
+// one option per element: lowerdir= (the layers joined with ':'),
+// upperdir= and workdir= for a writable mount, c.Options in order, then
+// "ro" for readOnly and "nosuid" and "nodev" as c asks. Paths stay
+// absolute and escaped as in Data; a caller that hits the page limit
+// shortens them itself (containerd makes the lowers relative to their
+// common directory).
+func (c Config) OptionList(readOnly bool) []string {
+	low := make([]string, len(c.Lower))
+	for i, l := range c.Lower {
+		low[i] = escapePath(l)
+	}
+	out := []string{"lowerdir=" + strings.Join(low, ":")}
+	if c.Upper != "" {
+		out = append(out, "upperdir="+escapePath(c.Upper), "workdir="+escapePath(c.Work))
+	}
+	out = append(out, c.Options...)
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{readOnly, "ro"}, {c.NoSuid, "nosuid"}, {c.NoDev, "nodev"}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
+
 // Relative returns c with every layer path made relative to base.
 func (c Config) Relative(base string) (Config, error) {
 	prefix := strings.TrimSuffix(base, "/") + "/"

@@ -201,3 +201,21 @@ func TestFeaturesUsableAndOptions(t *testing.T) {
 		t.Errorf("missing %q", miss)
 	}
 }
+
+func TestOptionList(t *testing.T) {
+	c := Config{Lower: []string{"/l/A", "/l/b,c"}, Upper: "/u", Work: "/w", Options: []string{"index=off", "redirect_dir=on"}}
+	got := strings.Join(c.OptionList(false), "|")
+	want := `lowerdir=/l/A:/l/b\,c|upperdir=/u|workdir=/w|index=off|redirect_dir=on`
+	if got != want {
+		t.Errorf("writable:\n got %s\nwant %s", got, want)
+	}
+	ro := Config{Lower: []string{"/l/A", "/e"}, NoSuid: true, NoDev: true}
+	got = strings.Join(ro.OptionList(true), "|")
+	if want := "lowerdir=/l/A:/e|ro|nosuid|nodev"; got != want {
+		t.Errorf("read-only:\n got %s\nwant %s", got, want)
+	}
+	// The list joined with commas is the legacy data plus the flags.
+	if j := strings.Join(c.OptionList(false), ","); j != c.Data() {
+		t.Errorf("joined list %q differs from Data %q", j, c.Data())
+	}
+}
