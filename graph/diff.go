@@ -115,6 +115,11 @@ func (s *Store) checkApply(st *state, id string) (*layerRecord, error) {
 			return nil, fmt.Errorf("apply %s: descendant %s is mounted: %w", id, d, ErrMounted)
 		}
 	}
+	for _, d := range append([]string{id}, st.descendants(id)...) {
+		if h := st.Layers[d].Holds; len(h) > 0 {
+			return nil, fmt.Errorf("apply %s: %s is held by %v: %w", id, d, sortedHolders(h), ErrMounted)
+		}
+	}
 	empty, err := dirEmpty(s.diffDir(id))
 	if err != nil {
 		return nil, fmt.Errorf("apply %s: %w", id, err)

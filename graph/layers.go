@@ -31,11 +31,19 @@ type LayerInfo struct {
 	Mounts     int       `json:"mounts"`
 	ReadOnly   bool      `json:"read_only,omitempty"`
 	Path       string    `json:"path,omitempty"` // mount point while mounted
+	// Holds are the mounts callers made themselves (Acquire, View).
+	Holds map[string]Hold `json:"holds,omitempty"`
 }
 
 func (s *Store) info(id string, r *layerRecord) (LayerInfo, error) {
 	li := LayerInfo{ID: id, Parent: r.Parent, RW: r.RW, Depth: r.Depth, Link: r.Link, Committed: r.Committed,
 		Applied: r.Applied, Size: r.Size, NeedsApply: r.NeedsApply, Created: r.Created}
+	if len(r.Holds) > 0 {
+		li.Holds = make(map[string]Hold, len(r.Holds))
+		for n, h := range r.Holds {
+			li.Holds[n] = h
+		}
+	}
 	m, err := s.mountsOf(id)
 	if err != nil {
 		return li, err
@@ -55,19 +63,39 @@ func (s *Store) info(id string, r *layerRecord) (LayerInfo, error) {
 // layer itself, a copy of the parent's tree in the hardlink layout, runs
 // to its end.
 func (s *Store) Create(ctx context.Context, id, parent string) error {
-	return s.create(ctx, id, parent, false)
+	return s.CreateLayer(ctx, id, parent, CreateOptions{})
 }
 
 // CreateReadWrite makes an empty container layer on parent ("" for
 // none); ctx is used as by Create.
 func (s *Store) CreateReadWrite(ctx context.Context, id, parent string) error {
-	return s.create(ctx, id, parent, true)
+	return s.CreateLayer(ctx, id, parent, CreateOptions{ReadWrite: true})
 }
 
-func (s *Store) create(ctx context.Context, id, parent string, rw bool) (err error) {
+// CreateOptions are the choices of CreateLayer.
+type CreateOptions struct {
+	// ReadWrite makes a container layer (CreateReadWrite), which is
+	// mounted writable until it is committed or gets a child.
+	ReadWrite bool
+	// Owner, when set, owns the root of the new layer's diff (and of its
+	// tree in the hardlink layout) instead of the parent's root owner:
+	// the root of a container whose user namespace maps root elsewhere.
+	Owner *Owner
+}
+
+// Owner is a numeric user and group.
+type Owner struct{ UID, GID int }
+
+// CreateLayer makes an empty layer on parent ("" for none) as o says;
+// ctx is used as by Create.
+func (s *Store) CreateLayer(ctx context.Context, id, parent string, o CreateOptions) (err error) {
 	if err := validID(id); err != nil {
 		return err
 	}
+	if o.Owner != nil && (o.Owner.UID < 0 || o.Owner.GID < 0) {
+		return fmt.Errorf("create %s: invalid owner %d:%d", id, o.Owner.UID, o.Owner.GID)
+	}
+	rw := o.ReadWrite
 	if parent != "" {
 		pl, err := s.lockParent(ctx, id, parent)
 		if err != nil {
@@ -88,6 +116,11 @@ func (s *Store) create(ctx context.Context, id, parent string, rw bool) (err err
 				return fmt.Errorf("create %s: parent's chain: %s: %w", id, p, ErrNeedsApply)
 			}
 			parentTop = s.topDir(st, parent)
+			// Its writable holder would keep writing into what
+			// becomes the child's lower.
+			if h := st.Layers[parent].rwHolder(""); h != "" {
+				return fmt.Errorf("create %s: parent %s is held writable by %s: %w", id, parent, h, ErrMounted)
+			}
 		}
 		if err := s.checkDepth(st, id, parent, rw); err != nil {
 			return err
@@ -110,6 +143,11 @@ func (s *Store) create(ctx context.Context, id, parent string, rw bool) (err err
 	}()
 	if err := s.layout.build(s, snapshot, parent, rw, stg.dir, false); err != nil {
 		return fmt.Errorf("create %s: %w", id, err)
+	}
+	if o.Owner != nil {
+		if err := chownRoots(stg.dir, *o.Owner); err != nil {
+			return fmt.Errorf("create %s: %w", id, err)
+		}
 	}
 	// An empty manifest: Verify checks such a layer's structure only.
 	if err := writeManifest(stg.dir, nil, false, s.log); err != nil {
@@ -277,7 +315,7 @@ func (s *Store) realLowersOf(st *state, id string) ([]string, error) {
 func (s *Store) mountConfig(st *state, id string) (ovl.Config, bool, error) {
 	r := st.Layers[id]
 	cfg := ovl.Config{Base: filepath.Join(s.home, "l")}
-	cfg.Options = append(append(cfg.Options, s.feat.BaseOptions()...), s.extraOpt...)
+	cfg.Options = append(append(cfg.Options, s.baseOptions()...), s.extraOpt...)
 	readOnly := r.Committed || s.layout.ownTree(r)
 	if readOnly {
 		lowers, err := s.lowersOf(st, id)
@@ -384,6 +422,9 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 		if kids := st.children(id); len(kids) > 0 {
 			return false, fmt.Errorf("remove %s: %w: %v", id, ErrHasChildren, kids)
 		}
+		if len(r.Holds) > 0 {
+			return false, fmt.Errorf("remove %s: %w (held by %v; Release first)", id, ErrMounted, sortedHolders(r.Holds))
+		}
 		// The state forgets the layer first: if the rename below never
 		// happens, recovery removes the directory that has no record. The
 		// link goes now, under the lock, before a new layer can reuse its
@@ -457,6 +498,11 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 		}
 		if cfg, ro, err = s.mountConfig(st, id); err != nil {
 			return fmt.Errorf("get %s: %w", id, err)
+		}
+		// A writable mount beside a caller's own mount of the layer
+		// would share its upper, or write into its lower.
+		if !ro && len(r.Holds) > 0 {
+			return fmt.Errorf("get %s: held by %v: %w", id, sortedHolders(r.Holds), ErrMounted)
 		}
 		written = !ro && r.Applied && !r.Written
 		return nil

@@ -74,6 +74,16 @@ func (s *Store) repairLocked(ctx context.Context, id string) (Report, error) {
 			return Report{}, fmt.Errorf("repair %s: %s is mounted (%d references): %w", id, l.id, m.Refs, ErrMounted)
 		}
 	}
+	if err := s.view(ctx, func(st *state) error {
+		for _, l := range locks {
+			if r, ok := st.Layers[l.id]; ok && len(r.Holds) > 0 {
+				return fmt.Errorf("repair %s: %s is held by %v: %w", id, l.id, sortedHolders(r.Holds), ErrMounted)
+			}
+		}
+		return nil
+	}); err != nil {
+		return Report{}, err
+	}
 	rep, err := s.verifyLocked(ctx, id)
 	if err != nil || len(rep.Damage) == 0 {
 		return rep, err

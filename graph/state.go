@@ -54,8 +54,42 @@ type layerRecord struct {
 	// diffed or built upon until then.
 	NeedsApply bool      `json:"needs_apply,omitempty"`
 	Created    time.Time `json:"created"`
+	// Holds are the mounts callers make themselves from a MountSpec
+	// (Acquire, View), by holder name. They are in the state, not in
+	// the layer directory like the mount count, because the store
+	// cannot check them against the kernel: the mount may be in
+	// another process or namespace, so a hold lasts until Release.
+	Holds map[string]Hold `json:"holds,omitempty"`
 	// The mount count is not here but in the layer directory (see
 	// mountRecord), so that Get and Put do not rewrite the state.
+}
+
+// Hold is one caller-made mount of a layer.
+type Hold struct {
+	// RW: the caller mounts the layer writable (Acquire of a layer that
+	// is not committed); otherwise read-only.
+	RW    bool      `json:"rw,omitempty"`
+	Since time.Time `json:"since"`
+}
+
+// rwHolder returns a holder other than except that mounts r writable, or "".
+func (r *layerRecord) rwHolder(except string) string {
+	for _, h := range sortedHolders(r.Holds) {
+		if h != except && r.Holds[h].RW {
+			return h
+		}
+	}
+	return ""
+}
+
+// sortedHolders lists the names of holds in order.
+func sortedHolders(h map[string]Hold) []string {
+	out := make([]string, 0, len(h))
+	for n := range h {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func newState(layout Layout, now time.Time) *state {

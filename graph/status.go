@@ -49,7 +49,7 @@ func (s *Store) Status() (Status, error) {
 	} else {
 		out.MountMethod = "mount(2) data, relative to l/ when longer than a page"
 	}
-	out.MountOpts = append(append(out.MountOpts, s.feat.BaseOptions()...), s.extraOpt...)
+	out.MountOpts = append(append(out.MountOpts, s.baseOptions()...), s.extraOpt...)
 	var mounted []Mount
 	err = s.view(context.Background(), func(st *state) error {
 		out.Layers = len(st.Layers)

@@ -34,6 +34,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -108,6 +109,17 @@ type Options struct {
 	// unprivileged overlay reads. Fixed at creation; for an existing store
 	// it must match or be false.
 	Userxattr bool
+	// StrictUpper says whether mounts carry the series' strict_upper
+	// option: FeatureAuto (the default) where the kernel has it,
+	// FeatureOn requires it (Open fails without), FeatureOff never.
+	StrictUpper FeatureUse
+	// MountOptions are overlay options added to every mount of the
+	// store, read-only ones included, after the store's own: for
+	// instance redirect_dir=on, so that a directory of a lower layer can
+	// be renamed in a container. Options the store sets itself (lowerdir,
+	// upperdir, workdir, index, userxattr, volatile, fsync, strict_upper)
+	// are refused; use the fields above.
+	MountOptions []string
 	// Features replaces the probe, for callers that already probed this
 	// filesystem (the probe mounts, so it needs root).
 	Features *ovl.Features
@@ -151,7 +163,9 @@ type Store struct {
 	sync     SyncPolicy
 	feat     ovl.Features
 	mounter  ovl.Mounter
-	extraOpt []string
+	extraOpt []string // options of writable mounts besides the base ones
+	userOpt  []string // Options.MountOptions, on every mount
+	strict   bool     // mounts carry strict_upper
 	volatile bool
 	boot     string // this boot's ID, for volatile mounts
 	limits   layer.Limits
@@ -234,8 +248,45 @@ func (o *Options) check() error {
 	if o.Sync != SyncFsync && o.Sync != SyncNone {
 		return fmt.Errorf("unknown sync policy %q", o.Sync)
 	}
+	switch o.StrictUpper {
+	case FeatureAuto, FeatureOn, FeatureOff:
+	default:
+		return fmt.Errorf("unknown strict_upper setting %q (want on, off or empty for auto)", o.StrictUpper)
+	}
+	for _, m := range o.MountOptions {
+		if err := checkMountOption(m); err != nil {
+			return err
+		}
+	}
 	if o.Layout != "" {
 		return o.Layout.Valid()
+	}
+	return nil
+}
+
+// FeatureUse says whether the store uses a kernel feature.
+type FeatureUse string
+
+// Feature settings.
+const (
+	FeatureAuto FeatureUse = ""    // where the kernel has it
+	FeatureOn   FeatureUse = "on"  // required: Open fails without it
+	FeatureOff  FeatureUse = "off" // never
+)
+
+// ownOptions are the overlay options the store decides itself.
+var ownOptions = map[string]bool{"lowerdir": true, "upperdir": true, "workdir": true, "index": true,
+	"userxattr": true, "volatile": true, "fsync": true, "strict_upper": true}
+
+// checkMountOption refuses an extra mount option that is malformed or one
+// the store sets itself.
+func checkMountOption(o string) error {
+	if o == "" || strings.ContainsAny(o, ", \t\n") {
+		return fmt.Errorf("invalid extra mount option %q", o)
+	}
+	key, _, _ := strings.Cut(o, "=")
+	if ownOptions[key] || key == "lowerdir+" || key == "datadir+" {
+		return fmt.Errorf("extra mount option %q: the store sets %s itself", o, key)
 	}
 	return nil
 }
@@ -387,6 +438,17 @@ func (s *Store) init(opts Options) error {
 		}
 		s.extraOpt = append(s.extraOpt, "fsync=strict")
 	}
+	switch opts.StrictUpper {
+	case FeatureOn:
+		if !s.feat.StrictUpper {
+			return fmt.Errorf("strict_upper requested but the kernel does not offer it: %s", s.feat.Notes["strict_upper"])
+		}
+		s.strict = true
+	case FeatureAuto:
+		s.strict = s.feat.StrictUpper
+	}
+	s.userOpt = append([]string(nil), opts.MountOptions...)
+	s.extraOpt = append(s.extraOpt, s.userOpt...)
 	return s.recover(st)
 }
 
@@ -557,9 +619,22 @@ func (s *Store) whiteouts() layer.WhiteoutFormat {
 // every mount but fsync=, which is about copy-up, which such a mount never
 // does.
 func (s *Store) readOnlyOptions() []string {
-	o := s.feat.BaseOptions()
+	o := s.baseOptions()
 	if s.userx {
 		o = append(o, "userxattr")
+	}
+	return append(o, s.userOpt...)
+}
+
+// baseOptions are the kernel's base options (see ovl.Features.BaseOptions)
+// as Options.StrictUpper chose.
+func (s *Store) baseOptions() []string {
+	var o []string
+	for _, b := range s.feat.BaseOptions() {
+		if b == "strict_upper" && !s.strict {
+			continue
+		}
+		o = append(o, b)
 	}
 	return o
 }
