@@ -93,10 +93,10 @@ host-test: ## go test ./... on the host
 	set -o pipefail; go test -json -count=1 ./... | $(OVLVM) junit -label host -o $(OUT)/junit-host.xml
 
 # Every Fuzz target of the repository, one after the other, for FUZZTIME
-# each (fuzz) or FUZZTIME_SHORT each (fuzz-short, part of make test). The
-# targets make and remove thousands of small trees, so they run in a
-# temporary directory on tmpfs where there is one: on a disk filesystem a
-# busy journal stalls every removal.
+# each (fuzz) or FUZZTIME_SHORT each (fuzz-short, part of make test), by
+# scripts/fuzz.sh. The targets make and remove thousands of small trees,
+# so they run in a temporary directory on tmpfs where there is one: on a
+# disk filesystem a busy journal stalls every removal.
 ## FUZZTIME=2m: time per fuzz target in make fuzz
 FUZZTIME ?= 2m
 ## FUZZTIME_SHORT=10s: time per fuzz target in make fuzz-short
@@ -104,26 +104,11 @@ FUZZTIME_SHORT ?= 10s
 ## FUZZ_TMPDIR=/dev/shm: where the fuzz targets make their trees (tmpfs when there is one)
 FUZZ_TMPDIR ?= $(if $(wildcard /dev/shm/.),/dev/shm,$(or $(TMPDIR),/tmp))
 
-define run-fuzz
-	@set -e; \
-	targets=$$(grep -ro --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . \
-		| sed -n 's|^\./\(.*\)/[^/]*:func \(Fuzz.*\)|\1:\2|p' | sort -u); \
-	total=$$(echo $$targets | wc -w); n=0; \
-	tmp=$$(mktemp -d $(FUZZ_TMPDIR)/ovlkit-fuzz.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
-	for t in $$targets; do \
-		n=$$((n + 1)); pkg=./$${t%%:*}; name=$${t#*:}; start=$$(date +%s); \
-		echo "fuzz [$$n/$$total] $$pkg $$name for $(1)"; \
-		TMPDIR=$$tmp go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(1) $$pkg \
-			|| { echo "fuzz: $$name failed; the failing input is under $$pkg/testdata/fuzz/$$name" >&2; exit 1; }; \
-		echo "fuzz [$$n/$$total] $$name: passed in $$(( $$(date +%s) - start ))s"; \
-	done
-endef
-
 fuzz: ## every fuzz target for FUZZTIME each
-	$(call run-fuzz,$(FUZZTIME))
+	FUZZ_TMPDIR=$(FUZZ_TMPDIR) scripts/fuzz.sh $(FUZZTIME)
 
 fuzz-short: ## every fuzz target for FUZZTIME_SHORT each
-	$(call run-fuzz,$(FUZZTIME_SHORT))
+	FUZZ_TMPDIR=$(FUZZ_TMPDIR) scripts/fuzz.sh $(FUZZTIME_SHORT)
 
 guest-test: ## ovlvm test: the guest suite on both kernels, proofs and keeps judged
 	@mkdir -p $(OUT)
