@@ -32,8 +32,9 @@ import (
 
 // holdTimeout bounds how long a held TMPFILE request waits for the others
 // (see upperFS.together): long enough for every copy-up of a test to reach
-// the server under TCG, short enough that a kernel that serializes them
-// only costs that once.
+// the server under TCG, short enough that a kernel that sends them one at
+// a time (which fails the test) costs seconds, not a hang. The stock
+// kernel sends none.
 const holdTimeout = 3 * time.Second
 
 // upperFS is the raw file system the kernel talks to: go-fuse's loopback,
