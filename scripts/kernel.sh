@@ -17,7 +17,6 @@
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$(kernel_root)
-SERIES_DIR=${SERIES_DIR:-$OVLKIT_TOP/patches/$KBASE}
 # kconfig/$KBASE.config, when present, holds what this base needs beyond
 # guest and overlay (symbols renamed or newly gated since 6.1); it is merged
 # after them and before the extra fragments. It is not part of the build
@@ -61,7 +60,7 @@ series_stamp() {
 	(
 		cd "$SERIES_DIR"
 		# shellcheck disable=SC2046
-		sha256sum series $(grep -v '^#' series | awk 'NF {print $1}')
+		sha256sum series $(series_patches)
 	) | sha256sum | cut -c1-16
 }
 
@@ -114,7 +113,7 @@ cmd_patch() {
 	rm -rf "$dst/.pc"
 	rsync -rlpgoDc --delete --exclude=/.pc --exclude=/.ovlkit-series "$src/" "$dst/"
 	local n
-	n=$(grep -cv '^\s*\(#\|$\)' "$SERIES_DIR/series" || true)
+	n=$(series_patches | wc -l)
 	if [ "$n" -gt 0 ]; then
 		local log=$ROOT/quilt.log
 		say "applying $n patches from ${SERIES_DIR#"$OVLKIT_TOP"/}/series"
@@ -260,7 +259,7 @@ cmd_devtree() {
 		git init -q
 		git add -f -A .
 		git -c user.name=ovlkit -c user.email=ovlkit@localhost commit -q -m "$SOURCE_PKG $(kernel_version)"
-		grep -v '^\s*\(#\|$\)' "$SERIES_DIR/series" | awk '{print $1}' |
+		series_patches |
 			while read -r p; do
 				git am -q "$SERIES_DIR/$p" || die "git am $p failed in $dst"
 			done

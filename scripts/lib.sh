@@ -13,6 +13,14 @@ case $KBASE in
 *[!0-9.]* | '' | .* | *.) printf 'error: KBASE=%s is not a version like 6.1\n' "$KBASE" >&2 && exit 1 ;;
 esac
 SOURCE_PKG=linux-source-$KBASE
+# The quilt series of the base (SERIES_DIR= points at another one).
+SERIES_DIR=${SERIES_DIR:-$OVLKIT_TOP/patches/$KBASE}
+
+# series_patches: the patch files of the series, in order: the first word
+# of every line that is neither blank nor a comment, as quilt reads it.
+series_patches() {
+	awk '!/^[[:space:]]*(#|$)/ {print $1}' "$SERIES_DIR/series"
+}
 
 _t0=$(date +%s)
 

@@ -24,7 +24,6 @@
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$(kernel_root)
-SERIES_DIR=${SERIES_DIR:-$OVLKIT_TOP/patches/$KBASE}
 TREE=bisect
 SRC=$ROOT/$TREE/src
 LOGS=$ROOT/$TREE/logs
@@ -36,11 +35,6 @@ kbuild_env
 
 JOBS=${JOBS:-$(jobs)}
 problems=0
-
-# series_patches: the patch file names of the series, in order.
-series_patches() {
-	grep -v '^\s*\(#\|$\)' "$SERIES_DIR/series" | awk '{print $1}'
-}
 
 # commit_message PATCH: the part of a format-patch file before its diffstat.
 commit_message() {
