@@ -83,7 +83,7 @@ func synthetic(t *testing.T, skip string) string {
 func TestRunWritesTablesPlotsResults(t *testing.T) {
 	dir := t.TempDir()
 	var stdout bytes.Buffer
-	args := []string{"-plots", dir, "-tables", filepath.Join(dir, "tables.rst"), "-results", filepath.Join(dir, "r", "results.json"), "-accel", "tcg"}
+	args := []string{"-out", dir, "-results", filepath.Join(dir, "r", "results.json"), "-accel", "tcg"}
 	if err := run(args, strings.NewReader(synthetic(t, "")), &stdout); err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +98,8 @@ func TestRunWritesTablesPlotsResults(t *testing.T) {
 		// strict against direct and against auto on ext4.
 		"overlay-ext4-strict  4 KiB      6.00 (2.00–10.0)  0.683  0.667 × direct-ext4, 2.00 × overlay-ext4-auto\n",
 		"method=clone cloned=67108864",
+		"accelerator    tcg\n",
+		"mem_total_mib  1500\n",
 		"overlay-xfs-auto     102           2             1 MiB   0       102\n",
 		// inodes: three layers, hardlink three times overlay.
 		"3       130             390              3.00\n",
@@ -106,9 +108,11 @@ func TestRunWritesTablesPlotsResults(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	tables, err := os.ReadFile(filepath.Join(dir, "tables.rst"))
-	if err != nil || !strings.Contains(string(tables), "Experiment 4") {
-		t.Errorf("tables file: %v\n%s", err, tables)
+	for exp, want := range map[string]string{"env": "The guest", "createdestroy": "Experiment 1", "pagecache": "Experiment 2", "copyup": "Experiment 3", "inodes": "Experiment 4"} {
+		tables, err := os.ReadFile(filepath.Join(dir, "bench-"+exp+".rst"))
+		if err != nil || !strings.Contains(string(tables), want) || (exp != "env" && strings.Count(string(tables), "Experiment ") != strings.Count(string(tables), want)) {
+			t.Errorf("tables of %s: %v\n%s", exp, err, tables)
+		}
 	}
 	for _, name := range []string{"bench-createdestroy.png", "bench-pagecache.png", "bench-copyup.png", "bench-inodes.png"} {
 		f, err := os.Open(filepath.Join(dir, name))

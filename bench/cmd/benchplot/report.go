@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -58,7 +59,7 @@ type Report struct {
 	charts map[string]chart // by file name
 }
 
-type table struct{ title, text string }
+type table struct{ exp, title, text string }
 
 // build computes ratios, summaries, tables and charts from the records of
 // a run. An experiment without any record is left out; one that lacks a
@@ -83,6 +84,9 @@ func build(recs []ex.Record, env ex.Env) (*Report, error) {
 		all = append(all, rs...)
 	}
 	rep := &Report{Env: env, Summaries: ex.Summarize(all), Records: recs, charts: map[string]chart{}}
+	if err := rep.guest(); err != nil {
+		return nil, err
+	}
 	for _, exp := range []struct {
 		name string
 		fn   func() error
@@ -119,12 +123,12 @@ func (r *Report) cell(exp, cs string, x float64, metric string, spread bool) str
 	return ex.Num(s.Median)
 }
 
-func (r *Report) addTable(title string, header []string, rows [][]string) error {
+func (r *Report) addTable(exp, title string, header []string, rows [][]string) error {
 	text, err := ex.RSTTable(header, rows)
 	if err != nil {
 		return fmt.Errorf("%s: %w", title, err)
 	}
-	r.tables = append(r.tables, table{title, text})
+	r.tables = append(r.tables, table{exp, title, text})
 	return nil
 }
 
@@ -163,6 +167,26 @@ func (r *Report) xs(exp, cs, metric string) []float64 {
 	return out
 }
 
+// guest tables the guest's description (the trace events are shown with
+// experiment 3).
+func (r *Report) guest() error {
+	keys := make([]string, 0, len(r.Env))
+	for k := range r.Env {
+		if !strings.HasPrefix(k, "trace_") && r.Env[k] != "" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	sort.Strings(keys)
+	rows := make([][]string, 0, len(keys))
+	for _, k := range keys {
+		rows = append(rows, []string{k, r.Env[k]})
+	}
+	return r.addTable("env", "The guest", []string{"what", "value"}, rows)
+}
+
 func (r *Report) createDestroy() error {
 	const exp = "createdestroy"
 	var rows [][]string
@@ -180,7 +204,7 @@ func (r *Report) createDestroy() error {
 				r.cell(exp, cs, x, "cycle_ms", true), r.cell(exp, cs, x, "throughput", false), vs})
 		}
 	}
-	if err := r.addTable("Experiment 1: create+mount and unmount+remove, per container",
+	if err := r.addTable(exp, "Experiment 1: create+mount and unmount+remove, per container",
 		[]string{"case", "N", "create ms", "destroy ms", "cycle ms (min–max)", "containers/s", "cycle × overlay-ext4"}, rows); err != nil {
 		return err
 	}
@@ -208,7 +232,7 @@ func (r *Report) pageCache() error {
 				r.cell(exp, cs, x, "origin_resident_pct", false), r.cell(exp, cs, x, "container_resident_pct", false)})
 		}
 	}
-	if err := r.addTable("Experiment 2: growth of Cached after N containers read the image",
+	if err := r.addTable(exp, "Experiment 2: growth of Cached after N containers read the image",
 		[]string{"case", "N", "Cached growth MiB (min–max)", "× image data", "× overlay-ext4", "image's file cached %", "container's file cached %"}, rows); err != nil {
 		return err
 	}
@@ -255,23 +279,23 @@ func (r *Report) copyUp() error {
 				countCell(r, exp, cs, "fsync")})
 		}
 	}
-	if err := r.addTable("Experiment 3: first write to one lower file (open, 4 KiB write, fsync)",
+	if err := r.addTable(exp, "Experiment 3: first write to one lower file (open, 4 KiB write, fsync)",
 		[]string{"case", "file size", "ms (min–max)", "MB/s", "time × baseline (same repetition)"}, rows); err != nil {
 		return err
 	}
-	if err := r.addTable("Experiment 3: first write to every file of a tree, then syncfs",
+	if err := r.addTable(exp, "Experiment 3: first write to every file of a tree, then syncfs",
 		[]string{"case", "files", "ms (min–max)", "files/s", "time × baseline (same repetition)"}, treeRows); err != nil {
 		return err
 	}
 	if len(counterRows) > 0 {
-		if err := r.addTable("Experiment 3: the overlay's copy-up counters per repetition (medians)",
+		if err := r.addTable(exp, "Experiment 3: the overlay's copy-up counters per repetition (medians)",
 			[]string{"case", "reg copy-ups", "dir copy-ups", "copied", "cloned", "fsyncs"}, counterRows); err != nil {
 			return err
 		}
 	}
 	for _, k := range []string{"trace_ext4", "trace_xfs"} {
 		if ev, ok := r.Env[k]; ok {
-			r.tables = append(r.tables, table{"Experiment 3: ovl_copy_up_end on " + strings.TrimPrefix(k, "trace_"), "::\n\n  " + ev + "\n"})
+			r.tables = append(r.tables, table{exp, "Experiment 3: ovl_copy_up_end on " + strings.TrimPrefix(k, "trace_"), "::\n\n  " + ev + "\n"})
 		}
 	}
 	r.charts["bench-copyup.png"] = chart{
@@ -319,7 +343,7 @@ func (r *Report) inodes() error {
 		rows = append(rows, []string{count(x), r.cell(exp, "overlay-ext4", x, "inodes", true),
 			r.cell(exp, "hardlink-ext4", x, "inodes", true), r.cell(exp, "hardlink-ext4/overlay-ext4", x, "inodes", false)})
 	}
-	if err := r.addTable("Experiment 4: inodes used by a stack of image layers on ext4",
+	if err := r.addTable(exp, "Experiment 4: inodes used by a stack of image layers on ext4",
 		[]string{"layers", "overlay layout", "hardlink layout", "hardlink × overlay"}, rows); err != nil {
 		return err
 	}
@@ -331,7 +355,7 @@ func (r *Report) inodes() error {
 		}
 		build = append(build, []string{cs, count(xs[0]), r.cell(exp, cs, xs[0], "build_s", true)})
 	}
-	if err := r.addTable("Experiment 4: time to build the stack", []string{"case", "layers", "s (min–max)"}, build); err != nil {
+	if err := r.addTable(exp, "Experiment 4: time to build the stack", []string{"case", "layers", "s (min–max)"}, build); err != nil {
 		return err
 	}
 	r.charts["bench-inodes.png"] = chart{
@@ -341,14 +365,36 @@ func (r *Report) inodes() error {
 	return nil
 }
 
-// text is every table with its title, as printed and as included in the
-// documentation.
-func (r *Report) text() string {
+// text is the tables of exp ("" for all) with their titles, as printed
+// and as included in the documentation.
+func (r *Report) text(exp string) string {
 	var sb strings.Builder
 	for _, t := range r.tables {
+		if exp != "" && t.exp != exp {
+			continue
+		}
 		fmt.Fprintf(&sb, "%s\n%s\n\n%s\n", t.title, strings.Repeat("~", len([]rune(t.title))), t.text)
 	}
 	return sb.String()
+}
+
+// saveTables writes the tables of each experiment to dir/bench-EXP.rst.
+func (r *Report) saveTables(dir string) ([]string, error) {
+	var paths []string
+	seen := map[string]bool{}
+	for _, t := range r.tables {
+		if seen[t.exp] {
+			continue
+		}
+		seen[t.exp] = true
+		p := filepath.Join(dir, "bench-"+t.exp+".rst")
+		head := ".. Generated by bench/cmd/benchplot from the output of make bench; do not edit.\n\n"
+		if err := os.WriteFile(p, []byte(head+r.text(t.exp)), 0o644); err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // savePlots writes every chart into dir.
