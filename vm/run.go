@@ -118,32 +118,9 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	)
 	qargs = append(qargs, c.Accel.qemuArgs()...)
 
-	// tsc=reliable: without ACPI the guest has no HPET or PM timer to
-	// check the TSC against and would fall back to jiffies, a 4 ms clock
-	// that makes every duration the tests measure read as zero.
-	kargs := []string{"console=ttyS0", "panic=-1", "oops=panic", "printk.devkmsg=on",
-		"tsc=reliable", "OVLKIT_GUEST=1"}
-	// Under TCG the guest reads the host's TSC, and calibrating it
-	// against the emulated PIT fails now and then on a busy host (jiffies
-	// again) or lands far off (375 MHz for a 2.6 GHz TSC was seen), which
-	// would skew every benchmark. Where the host knows its TSC frequency,
-	// hand it over.
-	if c.Accel == TCG {
-		if khz, ok := hostTSCkHz(); ok {
-			kargs = append(kargs, fmt.Sprintf("tsc_early_khz=%d", khz))
-		}
-	}
-	keys := make([]string, 0, len(c.Env))
-	for k := range c.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v := c.Env[k]
-		if strings.ContainsAny(v, " \t\n\"") {
-			return nil, fmt.Errorf("guest environment %s=%q: values cannot contain spaces or quotes", k, v)
-		}
-		kargs = append(kargs, k+"="+v)
+	kargs, err := c.kernelArgs()
+	if err != nil {
+		return nil, err
 	}
 
 	serialPath := filepath.Join(c.WorkDir, "serial.log")
@@ -196,6 +173,39 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// kernelArgs is the guest kernel's command line: the console, a panic
+// that ends the VM, the clock, and c.Env for the guest tests.
+func (c *Config) kernelArgs() ([]string, error) {
+	// tsc=reliable: without ACPI the guest has no HPET or PM timer to
+	// check the TSC against and would fall back to jiffies, a 4 ms clock
+	// that makes every duration the tests measure read as zero.
+	kargs := []string{"console=ttyS0", "panic=-1", "oops=panic", "printk.devkmsg=on",
+		"tsc=reliable", "OVLKIT_GUEST=1"}
+	// Under TCG the guest reads the host's TSC, and calibrating it
+	// against the emulated PIT fails now and then on a busy host (jiffies
+	// again) or lands far off (375 MHz for a 2.6 GHz TSC was seen), which
+	// would skew every benchmark. Where the host knows its TSC frequency,
+	// hand it over.
+	if c.Accel == TCG {
+		if khz, ok := hostTSCkHz(); ok {
+			kargs = append(kargs, fmt.Sprintf("tsc_early_khz=%d", khz))
+		}
+	}
+	keys := make([]string, 0, len(c.Env))
+	for k := range c.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := c.Env[k]
+		if strings.ContainsAny(v, " \t\n\"") {
+			return nil, fmt.Errorf("guest environment %s=%q: values cannot contain spaces or quotes", k, v)
+		}
+		kargs = append(kargs, k+"="+v)
+	}
+	return kargs, nil
 }
 
 // judge reads what the guest sent and decides what passed.
