@@ -10,6 +10,9 @@
 //	                         test and a kernel WARN
 //	ovlvm junit -o FILE      turn go test -json on stdin into a table and
 //	                         JUnit XML (for the host unit tests)
+//	ovlvm cuts     [flags]   hard cuts: a store workload on persistent
+//	                         disks, QEMU killed at a seeded moment, the
+//	                         next boot checked against what was acknowledged
 //
 // Kernels are named like scripts/kernel.sh names trees (stock, patched, or a
 // development tree) or given as a path to a bzImage. -kbase (default $KBASE,
@@ -55,6 +58,8 @@ func main() {
 		err = cmdXfstests(ctx, os.Args[2:])
 	case "readers":
 		err = cmdReaders(ctx, os.Args[2:])
+	case "cuts":
+		err = cmdCuts(ctx, os.Args[2:])
 	case "jobs", "merge":
 		err = cmdJobsMerge(os.Args[1], os.Args[2:])
 	case "-h", "-help", "--help", "help":
