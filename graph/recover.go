@@ -37,7 +37,8 @@ func removeAll(dir string, log *slog.Logger) error {
 // the store lock.
 func (s *Store) recover(st *state) error {
 	steps := []func(*state) error{
-		s.recoverStaging, s.recoverLayerDirs, s.recoverLinks, s.recoverLeftovers, s.recoverMountCounts,
+		s.recoverStaging, s.recoverLayerDirs, s.recoverUnrecordedApply, s.recoverLinks, s.recoverLeftovers,
+		s.recoverMountCounts,
 	}
 	for _, step := range steps {
 		if err := step(st); err != nil {
@@ -92,6 +93,65 @@ func (s *Store) recoverLayerDirs(st *state) error {
 		}
 	}
 	return nil
+}
+
+// recoverUnrecordedApply undoes an ApplyDiff that a crash cut after the
+// exchange that put its content in place (made durable by the fsync of
+// layers/) and before the state record that makes the layer applied: the
+// record says empty, while the layer directory holds the content and its
+// manifest. The apply never returned, so the layer goes back to how it
+// was, empty, as its record says; left as it is, Verify reports it
+// damaged and a second ApplyDiff refuses its non-empty diff. The
+// manifest tells it from a container layer's own writes: Create and
+// Repair give a layer an empty one, only an apply a filled one. No other
+// process can be inside an apply's publication: it happens under the
+// store lock, which recovery holds.
+func (s *Store) recoverUnrecordedApply(st *state) error {
+	for id, r := range st.Layers {
+		if r.Applied || !r.Manifest {
+			continue
+		}
+		m, err := readManifest(s.layerDir(id))
+		if err != nil || len(m) == 0 {
+			// A manifest that does not read is Verify's to report.
+			continue
+		}
+		if err := s.emptyLayer(st, id, r); err != nil {
+			return fmt.Errorf("layer %s, applied without its record: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// emptyLayer replaces the directory of id by an empty one, as Create
+// makes it, with one exchange; the record stays as it is.
+func (s *Store) emptyLayer(st *state, id string, r *layerRecord) (err error) {
+	like := ""
+	if r.Parent != "" {
+		like = s.topDir(st, r.Parent)
+	}
+	stg, err := s.newLayerStage("unapply-"+id, like)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The applied directory lands in the stage and goes with it.
+		if derr := stg.discard(); derr != nil && err == nil {
+			err = derr
+		}
+	}()
+	if err := s.layout.build(s, copyChain(st, r.Parent), r.Parent, r.RW, stg.dir, false); err != nil {
+		return err
+	}
+	if err := writeManifest(stg.dir, nil, false, s.log); err != nil {
+		return err
+	}
+	if s.sync == SyncFsync {
+		if err := syncTree(stg.dir); err != nil {
+			return err
+		}
+	}
+	return s.publish(stg, id, true)
 }
 
 // recoverLinks keeps l/ a directory of links (podman #24900 saw it become
