@@ -57,7 +57,7 @@ func benchFS(b *testing.B, fn func(b *testing.B, sn snapshots.Snapshotter, work 
 			}
 			for _, c := range contenders(&f) {
 				b.Run(c.name, func(b *testing.B) {
-					root := fs.Scratch(b, "size=1g")
+					root := scratch(b, fs)
 					sn, err := c.open(root + "/sn")
 					if err != nil {
 						b.Fatal(err)

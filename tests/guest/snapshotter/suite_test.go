@@ -23,6 +23,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots/testsuite"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
@@ -46,6 +47,14 @@ func probe(t *testing.T, fs guesttest.FS) *ovl.Features {
 		t.Fatalf("probe %s: %v", fs.Name, err)
 	}
 	return &f
+}
+
+// scratch is a new directory on fs, on a tmpfs of 1 GiB for tmpfs.
+func scratch(t testing.TB, fs guesttest.FS) string {
+	if fs.Name == "tmpfs" {
+		return fs.Scratch(t, "size=1g")
+	}
+	return fs.Scratch(t, "")
 }
 
 // opener opens a snapshotter in a new directory of base for each call of
@@ -72,45 +81,40 @@ func opener(base string, cfg snapshotter.Config) func(ctx context.Context) (*sna
 func TestContainerdSuite(t *testing.T) {
 	guesttest.Keeps(t, "containerd's snapshotter suite passes on the ovlkit store")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
-		open := opener(fs.Scratch(t, "size=1g"), snapshotter.Config{Features: probe(t, fs), Sync: graph.SyncNone})
+		open := opener(scratch(t, fs), snapshotter.Config{Features: probe(t, fs), Sync: graph.SyncNone})
 		testsuite.SnapshotterSuite(t, "overlayfs", func(ctx context.Context, _ string) (snapshots.Snapshotter, func() error, error) {
 			return open(ctx)
 		})
 	})
 }
 
-// The suite through ovlsnapd's gRPC service and containerd's proxy
-// client, as containerd talks to a proxy plugin, under a name of its own
+// The suite through the gRPC service ovlsnapd serves and containerd's
+// proxy client, as containerd talks to a proxy plugin, under a name of its own
 // so that Rename also renames a directory of a lower layer: the store
 // mounts with redirect_dir=on (Config.MountOptions) for it.
 func TestContainerdSuiteOverGRPC(t *testing.T) {
 	guesttest.Keeps(t, "containerd's snapshotter suite passes through the proxy plugin API")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
-		open := opener(fs.Scratch(t, "size=1g"), snapshotter.Config{Features: probe(t, fs), Sync: graph.SyncNone,
+		open := opener(scratch(t, fs), snapshotter.Config{Features: probe(t, fs), Sync: graph.SyncNone,
 			MountOptions: []string{"redirect_dir=on"}})
-		sockets := t.TempDir()
 		testsuite.SnapshotterSuite(t, "ovlkit", func(ctx context.Context, _ string) (snapshots.Snapshotter, func() error, error) {
 			sn, closeSn, err := open(ctx)
 			if err != nil {
 				return nil, nil, err
 			}
-			sock, err := os.CreateTemp(sockets, "s-")
-			if err != nil {
-				return nil, nil, err
-			}
-			sock.Close()
-			os.Remove(sock.Name())
-			l, err := net.Listen("unix", sock.Name())
-			if err != nil {
-				return nil, nil, err
-			}
+			// The guest kernel has no unix sockets (nor IP): the
+			// connection is in memory, the rest is the gRPC server and
+			// client containerd and ovlsnapd use.
+			l := bufconn.Listen(1 << 20)
 			rpc := grpc.NewServer()
 			snapshotsapi.RegisterSnapshotsServer(rpc, snapshotservice.FromSnapshotter(sn))
 			go rpc.Serve(l)
-			conn, err := grpc.NewClient("unix://"+sock.Name(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient("passthrough:///ovlsnapd",
+				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return l.DialContext(ctx) }),
+				grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				rpc.Stop()
-				return nil, nil, err
+				return nil, nil, errors.Join(err, closeSn())
 			}
 			return proxy.NewSnapshotter(snapshotsapi.NewSnapshotsClient(conn), "ovlkit"), func() error {
 				cerr := conn.Close()
@@ -134,7 +138,7 @@ func mountOptions(t *testing.T, target string) string {
 func seriesMount(t *testing.T, fs guesttest.FS, cfg snapshotter.Config) string {
 	ctx := context.Background()
 	cfg.Features = probe(t, fs)
-	sn, err := snapshotter.Open(ctx, filepath.Join(fs.Scratch(t, ""), "sn"), cfg)
+	sn, err := snapshotter.Open(ctx, filepath.Join(scratch(t, fs), "sn"), cfg)
 	must(t, err)
 	defer sn.Close()
 	m, err := sn.Prepare(ctx, "a", "")
