@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hugelgupf/vmtest/qemu"
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // Hard cuts: the guest runs a store workload on persistent ext4 and xfs
@@ -446,7 +447,7 @@ func (c *CutsConfig) finalResults(path string) []string {
 		return []string{"guest sent no results"}
 	}
 	defer f.Close()
-	g, err := parseGuestStream(f)
+	g, err := guestproto.Parse(f)
 	if err != nil {
 		return []string{err.Error()}
 	}

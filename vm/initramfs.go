@@ -24,11 +24,12 @@ const (
 )
 
 // CoreInitramfs returns the cached u-root image for this source tree,
-// building it when go.mod, go.sum or the guest init changed. Building it
+// building it when go.mod, go.sum, the guest init or the protocol it
+// speaks (vm/guestproto) changed. Building it
 // takes ~20 s (gobusybox rewrites the commands, defeating the build cache);
 // the result is reproducible, so it is keyed by its inputs' content.
 func CoreInitramfs(moduleDir, cacheDir string, logw io.Writer) (string, error) {
-	key, err := hashInputs(moduleDir, "go.mod", "go.sum", "initramfs")
+	key, err := hashInputs(moduleDir, "go.mod", "go.sum", "initramfs", filepath.Join("vm", "guestproto"))
 	if err != nil {
 		return "", fmt.Errorf("hash initramfs inputs: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/u-root/mkuimage/cpio"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // GuestTag is the build tag of guest-only test packages.
@@ -79,7 +81,7 @@ func BuildTests(ctx context.Context, goBin, moduleDir, outDir string, pkgs []Pac
 func writeTestsCPIO(w io.Writer, pkgs []Package) error {
 	cw := cpio.Newc.Writer(w)
 	var recs []cpio.Record
-	var manifest strings.Builder
+	var manifest []guestproto.Entry
 	dirs := map[string]bool{}
 	addDirs := func(p string) {
 		for d := path.Dir(p); d != "." && d != "/" && !dirs[d]; d = path.Dir(d) {
@@ -121,9 +123,9 @@ func writeTestsCPIO(w io.Writer, pkgs []Package) error {
 				return fmt.Errorf("pack testdata of %s: %w", p.ImportPath, err)
 			}
 		}
-		fmt.Fprintf(&manifest, "%s\t/%s\t/%s\n", p.ImportPath, name, wd)
+		manifest = append(manifest, guestproto.Entry{Pkg: p.ImportPath, Binary: "/" + name, Dir: "/" + wd})
 	}
-	recs = append(recs, cpio.StaticFile("ovlkit/manifest", manifest.String(), 0o644))
+	recs = append(recs, cpio.StaticFile(guestproto.ManifestPath, guestproto.EncodeManifest(manifest), 0o644))
 	dirList := make([]string, 0, len(dirs))
 	for d := range dirs {
 		dirList = append(dirList, d)

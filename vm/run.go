@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/hugelgupf/vmtest/qemu"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // Config describes one guest run.
@@ -219,7 +221,7 @@ func (r *Result) judge(c Config, resultsPath string, console []string) error {
 		return nil
 	}
 	defer f.Close()
-	g, err := parseGuestStream(f)
+	g, err := guestproto.Parse(f)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // A Splat is a kernel report that means the kernel misbehaved, whatever the
@@ -17,8 +19,8 @@ type Splat struct {
 }
 
 // testMarker matches the kernel log line the guest writes when a test
-// starts or resumes (initramfs/ovlinit, markerPrefix).
-var testMarker = regexp.MustCompile(`ovlkit: run (\S+ \S+)`)
+// starts or resumes (initramfs/ovlinit).
+var testMarker = regexp.MustCompile(regexp.QuoteMeta(guestproto.KmsgMarker) + `(\S+ \S+)`)
 
 var splatStart = []struct {
 	kind string

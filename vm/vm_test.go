@@ -9,50 +9,6 @@ import (
 	"testing"
 )
 
-func TestParseGuestStream(t *testing.T) {
-	stream := tag + "start 6.1.192 #1\n" +
-		tag + "begin example.com/a\n" +
-		"=== RUN   TestX\n--- PASS: TestX (0.00s)\nPASS\n" +
-		tag + "end example.com/a 0 0.125\n" +
-		tag + "begin example.com/b\n" +
-		"partial line without newline" + tag + "end example.com/b 1 2.000\n" +
-		tag + "kmsg\n[    1.000000] hello\n" + tag + "kmsg-end\n" +
-		tag + "done\n"
-	g, err := parseGuestStream(strings.NewReader(stream))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Kernel != "6.1.192 #1" || !g.Done {
-		t.Errorf("kernel %q done %v", g.Kernel, g.Done)
-	}
-	if len(g.Binaries) != 2 {
-		t.Fatalf("got %d binaries, want 2", len(g.Binaries))
-	}
-	a, b := g.Binaries[0], g.Binaries[1]
-	if a.Pkg != "example.com/a" || !a.Ended || a.ExitCode != 0 || a.Seconds != 0.125 {
-		t.Errorf("binary a = %+v", a)
-	}
-	if !strings.Contains(string(a.Output), "--- PASS: TestX") {
-		t.Errorf("binary a output %q", a.Output)
-	}
-	if b.ExitCode != 1 || string(b.Output) != "partial line without newline" {
-		t.Errorf("binary b = %+v", b)
-	}
-	if len(g.Kmsg) != 1 || g.Kmsg[0] != "[    1.000000] hello" {
-		t.Errorf("kmsg = %q", g.Kmsg)
-	}
-}
-
-func TestParseGuestStreamTruncated(t *testing.T) {
-	g, err := parseGuestStream(strings.NewReader(tag + "begin p\n=== RUN   TestY\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if g.Done || len(g.Binaries) != 1 || g.Binaries[0].Ended {
-		t.Errorf("truncated stream parsed as %+v", g)
-	}
-}
-
 func TestFindSplats(t *testing.T) {
 	log := []string{
 		"[    1.0] ok",
@@ -478,16 +434,6 @@ func TestJUnitHasFailuresAndProblems(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("JUnit lacks %q:\n%s", want, s)
 		}
-	}
-}
-
-func TestParseGuestStreamCRLF(t *testing.T) {
-	g, err := parseGuestStream(strings.NewReader(tag + "begin p\r\n--- PASS: TestZ (1.50s)\r\n" + tag + "end p 0 1.5\r\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(g.Binaries) != 1 || string(g.Binaries[0].Output) != "--- PASS: TestZ (1.50s)\n" {
-		t.Errorf("CR LF not normalised: %+v", g.Binaries)
 	}
 }
 

@@ -2,9 +2,8 @@
 // every test binary the host packed into the initramfs, streams their output
 // and the kernel log to the host over a virtio console, and ends the VM.
 //
-// The host reads the stream with package vm (vm/protocol.go). Lines are
-// plain text; records the host must recognise start with the protocol tag
-// so they cannot be confused with test output.
+// What it says and how is package guestproto, which the host reads the
+// stream with too.
 package main
 
 import (
@@ -22,13 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// Keep in sync with vm/protocol.go.
-const (
-	tag          = "\x1eovlkit "
-	manifestPath = "/ovlkit/manifest"
-	resultsPort  = "/dev/hvc0"
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 func main() {
@@ -61,13 +55,14 @@ func run() error {
 	w := bufio.NewWriter(out)
 	defer w.Flush()
 
-	fmt.Fprintf(w, "%sstart %s\n", tag, uname())
+	rec := guestproto.Writer{W: w}
+	rec.Start(uname())
 	for _, p := range modProblems {
-		fmt.Fprintf(w, "%snote %s\n", tag, p)
+		rec.Note(p)
 	}
-	entries, err := readManifest(manifestPath)
+	entries, err := readManifest("/" + guestproto.ManifestPath)
 	if err != nil {
-		fmt.Fprintf(w, "%serror %v\n", tag, err)
+		rec.Error(err)
 		return err
 	}
 	timeout := durationEnv("OVLKIT_TEST_TIMEOUT", 10*time.Minute)
@@ -81,7 +76,7 @@ func run() error {
 	}
 	checkLockdep(w)
 	dumpKmsg(w)
-	fmt.Fprintf(w, "%sdone\n", tag)
+	rec.Done()
 	return nil
 }
 
@@ -102,7 +97,7 @@ func mountKernelFS() {
 func openResults() (*os.File, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		f, err := os.OpenFile(resultsPort, os.O_WRONLY|unix.O_NOCTTY, 0)
+		f, err := os.OpenFile(guestproto.ResultsPort, os.O_WRONLY|unix.O_NOCTTY, 0)
 		if err == nil {
 			rawOutput(f)
 			return f, nil
@@ -136,29 +131,12 @@ func uname() string {
 	return unix.ByteSliceToString(u.Release[:]) + " " + unix.ByteSliceToString(u.Version[:])
 }
 
-// An entry is one test binary: its import path, the binary and the
-// directory the test runs in (the package directory, for testdata).
-type entry struct {
-	pkg, binary, dir string
-}
-
-func readManifest(path string) ([]entry, error) {
+func readManifest(path string) ([]guestproto.Entry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read manifest: %w", err)
 	}
-	var out []entry
-	for _, line := range strings.Split(string(b), "\n") {
-		if line == "" {
-			continue
-		}
-		f := strings.Split(line, "\t")
-		if len(f) != 3 {
-			return nil, fmt.Errorf("manifest line %q: want 3 tab-separated fields", line)
-		}
-		out = append(out, entry{f[0], f[1], f[2]})
-	}
-	return out, nil
+	return guestproto.ParseManifest(string(b))
 }
 
 func durationEnv(name string, def time.Duration) time.Duration {
@@ -176,7 +154,8 @@ func durationEnv(name string, def time.Duration) time.Duration {
 // goroutine dump; the context kill is the backstop when even that hangs.
 // Each test start is also noted in the kernel log (see testMarker), so a
 // kernel report can be traced to the test that was running.
-func runBinary(w io.Writer, kmsg *os.File, e entry, timeout time.Duration) {
+func runBinary(w io.Writer, kmsg *os.File, e guestproto.Entry, timeout time.Duration) {
+	rec := guestproto.Writer{W: w}
 	args := []string{
 		"-test.v=test2json",
 		"-test.count=1",
@@ -190,13 +169,13 @@ func runBinary(w io.Writer, kmsg *os.File, e entry, timeout time.Duration) {
 	if v := os.Getenv("OVLKIT_BENCHCOUNT"); v != "" {
 		args = append(args, "-test.count="+v)
 	}
-	log.Printf("running %s", e.pkg)
-	fmt.Fprintf(w, "%sbegin %s\n", tag, e.pkg)
+	log.Printf("running %s", e.Pkg)
+	rec.Begin(e.Pkg)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout+30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.binary, args...)
-	cmd.Dir = e.dir
-	out := &testMarker{w: w, kmsg: kmsg, pkg: e.pkg}
+	cmd := exec.CommandContext(ctx, e.Binary, args...)
+	cmd.Dir = e.Dir
+	out := &testMarker{w: w, kmsg: kmsg, pkg: e.Pkg}
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.Env = append(os.Environ(), "TMPDIR=/tmp")
@@ -211,9 +190,9 @@ func runBinary(w io.Writer, kmsg *os.File, e entry, timeout time.Duration) {
 		if errors.As(err, &ee) {
 			code = ee.ExitCode()
 		}
-		fmt.Fprintf(w, "\n%snote %s: %v\n", tag, e.pkg, err)
+		rec.BinaryNote(fmt.Sprintf("%s: %v", e.Pkg, err))
 	}
-	fmt.Fprintf(w, "\n%send %s %d %.3f\n", tag, e.pkg, code, time.Since(start).Seconds())
+	rec.End(e.Pkg, code, time.Since(start).Seconds())
 }
 
 func envOr(name, def string) string {
@@ -226,13 +205,14 @@ func envOr(name, def string) string {
 // dumpKmsg copies the whole kernel log buffer to the host, so it can look
 // for splats the console log level hid.
 func dumpKmsg(w io.Writer) {
+	rec := guestproto.Writer{W: w}
 	fd, err := unix.Open("/dev/kmsg", unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		fmt.Fprintf(w, "%snote kmsg: %v\n", tag, err)
+		rec.Note(fmt.Sprintf("kmsg: %v", err))
 		return
 	}
 	defer unix.Close(fd)
-	fmt.Fprintf(w, "%skmsg\n", tag)
+	rec.KmsgBegin()
 	buf := make([]byte, 8192)
 	for {
 		n, err := unix.Read(fd, buf)
@@ -244,7 +224,7 @@ func dumpKmsg(w io.Writer) {
 		}
 		fmt.Fprintln(w, formatKmsg(string(buf[:n])))
 	}
-	fmt.Fprintf(w, "%skmsg-end\n", tag)
+	rec.KmsgEnd()
 }
 
 // formatKmsg turns "6,1234,5678901,-;text\n SUBSYSTEM=..." into
@@ -263,10 +243,6 @@ func formatKmsg(rec string) string {
 	fmt.Sscan(f[2], &usec)
 	return fmt.Sprintf("[%5d.%06d] %s", usec/1e6, usec%1e6, msg)
 }
-
-// markerPrefix starts the kernel log line that names the test that starts
-// running; keep in sync with vm/splat.go.
-const markerPrefix = "ovlkit: run "
 
 func openKmsgWriter() *os.File {
 	f, err := os.OpenFile("/dev/kmsg", os.O_WRONLY, 0)
@@ -319,7 +295,7 @@ func (m *testMarker) mark(line string) {
 		if name, ok := strings.CutPrefix(line, p); ok {
 			// <14>: user facility, info level: on the console and in
 			// the log, never mistaken for a kernel report.
-			fmt.Fprintf(m.kmsg, "<14>%s%s %s\n", markerPrefix, m.pkg, strings.TrimSpace(name))
+			fmt.Fprintf(m.kmsg, "<14>%s%s %s\n", guestproto.KmsgMarker, m.pkg, strings.TrimSpace(name))
 			return
 		}
 	}
@@ -332,19 +308,20 @@ func (m *testMarker) mark(line string) {
 // point was never made. With OVLKIT_LOCKDEP=required a kernel without
 // lockdep is an error as well.
 func checkLockdep(w io.Writer) {
+	rec := guestproto.Writer{W: w}
 	b, err := os.ReadFile("/proc/lockdep_stats")
 	if err != nil {
 		if os.Getenv("OVLKIT_LOCKDEP") == "required" {
-			fmt.Fprintf(w, "%snote lockdep: required but the kernel has none: %v\n", tag, err)
+			rec.Note(fmt.Sprintf("lockdep: required but the kernel has none: %v", err))
 		}
 		return
 	}
 	v, ok := lockdepDebugLocks(string(b))
 	switch {
 	case !ok:
-		fmt.Fprintf(w, "%snote lockdep: no debug_locks line in /proc/lockdep_stats\n", tag)
+		rec.Note("lockdep: no debug_locks line in /proc/lockdep_stats")
 	case v != 1:
-		fmt.Fprintf(w, "%snote lockdep: turned off during the run (debug_locks %d at the end): reports after that point were not made\n", tag, v)
+		rec.Note(fmt.Sprintf("lockdep: turned off during the run (debug_locks %d at the end): reports after that point were not made", v))
 	default:
 		log.Print("lockdep: still on at the end of the run")
 	}
