@@ -19,6 +19,7 @@ import (
 
 	"github.com/hugelgupf/vmtest/qemu"
 	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // Hard cuts: the guest runs a store workload on persistent ext4 and xfs
@@ -318,9 +319,9 @@ func (c *CutsConfig) boot(ctx context.Context, n int, seed uint64, run bool, ini
 	out.seconds = time.Since(start).Seconds()
 	console := lines.all()
 	if !out.killed && waitErr != nil {
-		out.problems = append(out.problems, fmt.Sprintf("qemu: %v; last console lines:\n%s", waitErr, lastLines(console, 25)))
+		out.problems = append(out.problems, fmt.Sprintf("qemu: %v; last console lines:\n%s", waitErr, verdict.Tail(console, 25)))
 	}
-	for _, s := range FindSplats(console) {
+	for _, s := range verdict.FindSplats(console) {
 		out.problems = append(out.problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
 	}
 	if !run {
@@ -455,7 +456,7 @@ func (c *CutsConfig) finalResults(path string) []string {
 	for _, b := range g.Binaries {
 		if !b.Ended || b.ExitCode != 0 {
 			probs = append(probs, fmt.Sprintf("%s exited %d:\n%s", b.Pkg, b.ExitCode,
-				lastLines(strings.Split(string(b.Output), "\n"), 30)))
+				verdict.Tail(strings.Split(string(b.Output), "\n"), 30)))
 		}
 	}
 	if !g.Done {
@@ -488,7 +489,7 @@ func fsck(fs, img string) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return fmt.Sprintf("%s exited %d:\n%s", strings.Join(argv[:len(argv)-1], " "), ee.ExitCode(),
-			lastLines(strings.Split(strings.TrimSpace(string(b)), "\n"), 20))
+			verdict.Tail(strings.Split(strings.TrimSpace(string(b)), "\n"), 20))
 	}
 	return fmt.Sprintf("%s: %v", argv[0], err)
 }

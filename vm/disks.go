@@ -6,19 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-)
 
-// DiskFilesystems are the disk-backed upper filesystems the guest can use.
-var DiskFilesystems = []string{"ext4", "xfs", "btrfs"}
+	"github.com/ovlkit/ovlkit/vm/guestproto"
+)
 
 // diskSize is large enough for every mkfs's minimum (xfs wants 300 MiB) and
 // for the tests; the images are sparse, so unused space costs nothing.
 const diskSize = 1 << 30
-
-// UnfitFilesystems are disks the layer store must refuse to live on; the
-// guest finds them by an "ovlunfit-" serial, so that they never become a
-// scratch upper (tests/guest/guesttest.UnfitDisk).
-var UnfitFilesystems = []string{"xfs-ftype0", "vfat"}
 
 var mkfs = map[string][]string{
 	"ext4":  {"mkfs.ext4", "-q", "-F"},
@@ -30,7 +24,7 @@ var mkfs = map[string][]string{
 }
 
 func unfit(fs string) bool {
-	for _, u := range UnfitFilesystems {
+	for _, u := range guestproto.UnfitFilesystems {
 		if fs == u {
 			return true
 		}
@@ -65,9 +59,9 @@ func makeDisk(ctx context.Context, dir, fs string) (string, error) {
 // the guest maps disks by serial (tests/guest/guesttest), not probe order.
 func diskArgs(i int, fs, img string) []string {
 	id := fmt.Sprintf("disk%d", i)
-	prefix := "ovlkit-"
+	prefix := guestproto.DiskSerialPrefix
 	if unfit(fs) {
-		prefix = "ovlunfit-"
+		prefix = guestproto.UnfitDiskSerialPrefix
 	}
 	return []string{
 		"-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe", img, id),

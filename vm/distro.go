@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 	"github.com/u-root/mkuimage/cpio"
 )
 
@@ -244,15 +245,15 @@ func (s *ModuleSet) Describe() string {
 // order, and the list ovlinit loads them from.
 func writeModulesCPIO(ctx context.Context, w io.Writer, s *ModuleSet) error {
 	files := s.PackList()
-	recs := []cpio.Record{cpio.Directory("ovlkit", 0o755), cpio.Directory(GuestModulesDir, 0o755)}
+	recs := []cpio.Record{cpio.Directory("ovlkit", 0o755), cpio.Directory(guestproto.ModulesDir, 0o755)}
 	for _, f := range files {
 		b, err := readModule(ctx, f)
 		if err != nil {
 			return err
 		}
-		recs = append(recs, cpio.StaticRecord(b, cpio.Info{Name: GuestModulesDir + "/" + f.Guest, Mode: 0o100644}))
+		recs = append(recs, cpio.StaticRecord(b, cpio.Info{Name: guestproto.ModulesDir + "/" + f.Guest, Mode: 0o100644}))
 	}
-	recs = append(recs, cpio.StaticFile(GuestModulesDir+"/order", LoadOrderFile(files), 0o644))
+	recs = append(recs, cpio.StaticFile(guestproto.ModuleOrderPath, LoadOrderFile(files), 0o644))
 	cw := cpio.Newc.Writer(w)
 	if err := cpio.WriteRecords(cw, recs); err != nil {
 		return fmt.Errorf("write modules cpio: %w", err)

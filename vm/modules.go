@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // A kernel whose drivers are modules (a distribution's kernel, unlike the
@@ -392,12 +394,6 @@ func KernelRelease(img []byte) (string, error) {
 	return f[0], nil
 }
 
-// GuestModulesDir is where the modules archive puts the modules and the
-// load order; keep in sync with initramfs/ovlinit. Not /lib/modules:
-// u-root's init loads every /lib/modules/*.ko it finds, in no useful
-// order, before the guest's init runs.
-const GuestModulesDir = "ovlkit/modules"
-
 // A ModuleSet is a kernel's resolved modules, ready to pack.
 type ModuleSet struct {
 	Release string
@@ -412,7 +408,7 @@ type ModuleSet struct {
 type ModuleFile struct {
 	Name   string // module name
 	Source string // host path
-	Guest  string // file name in GuestModulesDir
+	Guest  string // file name in guestproto.ModulesDir
 	// Unpack is the compression the host removes while packing ("" when
 	// the file is packed as it is).
 	Unpack string
@@ -439,13 +435,13 @@ func (s *ModuleSet) PackList() []ModuleFile {
 	return out
 }
 
-// LoadOrderFile is the guest's list: "NAME\tFILE" a line, in load order.
+// LoadOrderFile is the guest's list of files, in load order.
 func LoadOrderFile(files []ModuleFile) string {
-	var b strings.Builder
-	for _, f := range files {
-		fmt.Fprintf(&b, "%s\t%s\n", f.Name, f.Guest)
+	mods := make([]guestproto.Module, len(files))
+	for i, f := range files {
+		mods[i] = guestproto.Module{Name: f.Name, File: f.Guest}
 	}
-	return b.String()
+	return guestproto.EncodeModuleOrder(mods)
 }
 
 // sortedKeys is for stable messages.

@@ -18,7 +18,7 @@ import (
 
 	"github.com/hugelgupf/vmtest/qemu"
 
-	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // Config describes one guest run.
@@ -49,35 +49,6 @@ type Config struct {
 	Console  io.Writer
 }
 
-// Result is a judged guest run.
-type Result struct {
-	Label    string
-	Uname    string
-	Tests    []*Test
-	Events   []Event
-	Splats   []Splat
-	Problems []string // run-level failures, each a sentence
-	Seconds  float64
-	Serial   string // path of the serial log
-	Kmsg     []string
-}
-
-// OK reports whether the run passed: every test judged pass, skip or
-// expected-fail, and no run-level problem.
-func (r *Result) OK() bool {
-	if len(r.Problems) > 0 {
-		return false
-	}
-	for _, t := range r.Tests {
-		switch t.Status {
-		case Pass, Skip, ExpectedFail:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 func (c *Config) progress(format string, args ...any) {
 	if c.Progress != nil {
 		fmt.Fprintf(c.Progress, "[%s] "+format+"\n", append([]any{c.Label}, args...)...)
@@ -86,8 +57,8 @@ func (c *Config) progress(format string, args ...any) {
 
 // Run boots the guest and returns its judged results. An error means the
 // run could not be set up; everything that happened in the guest, good or
-// bad, is in the Result.
-func Run(ctx context.Context, c Config) (*Result, error) {
+// bad, is in the verdict.Result.
+func Run(ctx context.Context, c Config) (*verdict.Result, error) {
 	if err := os.MkdirAll(c.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -160,7 +131,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	waitErr := vm.Wait()
 	pw.Close()
 	wg.Wait()
-	res := &Result{Label: c.Label, Serial: serialPath, Seconds: time.Since(start).Seconds()}
+	res := &verdict.Result{Label: c.Label, Serial: serialPath, Seconds: time.Since(start).Seconds()}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) || res.Seconds >= c.Timeout.Seconds()
 	switch {
 	case timedOut:
@@ -171,7 +142,7 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	c.progress("guest exited after %.1fs", res.Seconds)
 
-	if err := res.judge(c, resultsPath, lines.all()); err != nil {
+	if err := res.JudgeGuest(resultsPath, lines.all(), verdict.Judging{GoBin: c.GoBin, Stock: c.Stock, ExpectTests: len(c.Packages) > 0}); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -210,102 +181,6 @@ func (c *Config) kernelArgs() ([]string, error) {
 	return kargs, nil
 }
 
-// judge reads what the guest sent and decides what passed.
-func (r *Result) judge(c Config, resultsPath string, console []string) error {
-	f, err := os.Open(resultsPath)
-	if err != nil {
-		r.Problems = append(r.Problems, fmt.Sprintf(
-			"guest sent no results (the kernel never reached the test runner?); last console lines:\n%s",
-			lastLines(console, 25)))
-		r.Splats = FindSplats(console)
-		return nil
-	}
-	defer f.Close()
-	g, err := guestproto.Parse(f)
-	if err != nil {
-		return err
-	}
-	r.Uname = g.Kernel
-	r.Kmsg = g.Kmsg
-	for _, b := range g.Binaries {
-		evs, err := toEvents(c.GoBin, b.Pkg, b.Output)
-		if err != nil {
-			return err
-		}
-		r.Events = append(r.Events, evs...)
-		switch {
-		case !b.Ended:
-			r.Problems = append(r.Problems, fmt.Sprintf("%s: test binary did not finish (guest died?)", b.Pkg))
-		case b.ExitCode != 0 && !hasFailure(evs):
-			r.Problems = append(r.Problems, fmt.Sprintf("%s: test binary exited %d without reporting a failed test (a panic or its -test.timeout):\n%s",
-				b.Pkg, b.ExitCode, lastLines(strings.Split(string(b.Output), "\n"), 20)))
-		}
-	}
-	for _, n := range g.Notes {
-		if strings.Contains(n, "exit status") || strings.Contains(n, "signal") {
-			continue // already reported through the binary's exit code
-		}
-		if strings.HasPrefix(n, "lockdep: turned off") {
-			// Say what turned it off, and during which test.
-			causes := LockdepOffCauses(g.Kmsg)
-			if len(causes) == 0 {
-				causes = LockdepOffCauses(console)
-			}
-			if len(causes) > 0 {
-				n += "; turned off by:\n    " + strings.Join(causes, "\n    ")
-			}
-		}
-		r.Problems = append(r.Problems, "guest: "+n)
-	}
-	if !g.Done {
-		r.Problems = append(r.Problems, fmt.Sprintf(
-			"guest did not complete its run (panic or hang?); last console lines:\n%s", lastLines(console, 25)))
-	}
-	seen := map[string]bool{}
-	for _, set := range [][]string{g.Kmsg, console} {
-		for _, s := range FindSplats(set) {
-			key := s.Kind + "\x00" + stripTimestamp(s.Excerpt[0])
-			if !seen[key] {
-				seen[key] = true
-				r.Splats = append(r.Splats, s)
-			}
-		}
-	}
-	for _, s := range r.Splats {
-		r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report while %s was running:\n%s",
-			s.Kind, orNone(s.Test), strings.Join(s.Excerpt, "\n")))
-	}
-	r.Tests = collectTests(r.Events)
-	r.Problems = append(r.Problems, judge(r.Tests, c.Stock)...)
-	if len(r.Tests) == 0 && len(c.Packages) > 0 && len(r.Problems) == 0 {
-		r.Problems = append(r.Problems, "no test ran (does the -run pattern match anything?)")
-	}
-	return nil
-}
-
-func stripTimestamp(s string) string {
-	if i := strings.Index(s, "] "); i >= 0 && strings.HasPrefix(strings.TrimSpace(s), "[") {
-		return s[i+2:]
-	}
-	return s
-}
-
-func hasFailure(evs []Event) bool {
-	for _, e := range evs {
-		if e.Action == "fail" && e.Test != "" {
-			return true
-		}
-	}
-	return false
-}
-
-func lastLines(lines []string, n int) string {
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "    " + strings.Join(lines, "\n    ")
-}
-
 // lineCollector keeps the serial console, writes it to the log, and turns
 // ovlinit's announcements into progress lines.
 type lineCollector struct {
@@ -341,5 +216,5 @@ func (l *lineCollector) all() []string {
 }
 
 func (l *lineCollector) tail(n int) string {
-	return lastLines(l.all(), n)
+	return verdict.Tail(l.all(), n)
 }

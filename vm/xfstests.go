@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // The xfstests guest is a second kind of guest: a Debian root filesystem
@@ -94,7 +96,7 @@ type XfstestsResult struct {
 	Commit   string // xfstests commit the guest ran
 	Tests    []XfsTest
 	Problems []string // run-level failures: no results, timeout, splats
-	Splats   []Splat
+	Splats   []verdict.Splat
 	Seconds  float64
 	Serial   string
 	Results  string // xfstests' results directory, copied from the guest
@@ -207,13 +209,13 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 	switch {
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
 		res.Problems = append(res.Problems, fmt.Sprintf("guest did not finish within %s; last console lines:\n%s",
-			c.Timeout, lastLines(console, 25)))
+			c.Timeout, verdict.Tail(console, 25)))
 	case waitErr != nil:
 		res.Problems = append(res.Problems, fmt.Sprintf("qemu failed: %v: %s; last console lines:\n%s",
-			waitErr, strings.TrimSpace(stderr.String()), lastLines(console, 25)))
+			waitErr, strings.TrimSpace(stderr.String()), verdict.Tail(console, 25)))
 	}
 	c.progress("guest exited after %.1fs", res.Seconds)
-	res.Splats = FindSplats(console)
+	res.Splats = verdict.FindSplats(console)
 	for _, s := range res.Splats {
 		res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
 	}
@@ -244,17 +246,10 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 	// The console shows only a panic's messages (xfstests_guest.sh);
 	// every other report is in the kernel log the guest copied back.
 	if kmsg, err := os.ReadFile(filepath.Join(res.Results, "dmesg.txt")); err == nil {
-		seen := map[string]bool{}
-		for _, s := range res.Splats {
-			seen[s.Kind+"\x00"+stripTimestamp(s.Excerpt[0])] = true
-		}
-		for _, s := range FindSplats(strings.Split(string(kmsg), "\n")) {
-			if key := s.Kind + "\x00" + stripTimestamp(s.Excerpt[0]); !seen[key] {
-				seen[key] = true
-				res.Splats = append(res.Splats, s)
-				res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report in the guest's kernel log:\n%s",
-					s.Kind, strings.Join(s.Excerpt, "\n")))
-			}
+		for _, s := range verdict.FindNewSplats(res.Splats, strings.Split(string(kmsg), "\n")) {
+			res.Splats = append(res.Splats, s)
+			res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report in the guest's kernel log:\n%s",
+				s.Kind, strings.Join(s.Excerpt, "\n")))
 		}
 	}
 	xml, xerr := os.ReadFile(filepath.Join(res.Results, "result.xml"))
@@ -272,7 +267,7 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 		}
 	}
 	if len(res.Tests) == 0 {
-		res.Problems = append(res.Problems, fmt.Sprintf("no xfstests test ran; last console lines:\n%s", lastLines(console, 25)))
+		res.Problems = append(res.Problems, fmt.Sprintf("no xfstests test ran; last console lines:\n%s", verdict.Tail(console, 25)))
 	}
 	return res, nil
 }

@@ -15,7 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/ovlkit/ovlkit/vm"
+	"github.com/ovlkit/ovlkit/vm/cijob"
+	"github.com/ovlkit/ovlkit/vm/report"
 )
 
 // cmdJobsMerge runs "ovlvm jobs" or "ovlvm merge".
@@ -41,8 +42,8 @@ func (f *jobFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.suites, "suite", "", "comma-separated guest suites, as in the results table (default: every one)")
 }
 
-func (f *jobFlags) list() ([]vm.Job, error) {
-	return vm.ListJobs(f.top, f.out, vm.JobFilter{
+func (f *jobFlags) list() ([]cijob.Job, error) {
+	return cijob.List(f.top, f.out, cijob.Filter{
 		Bases: splitList(f.bases), Configs: splitList(f.configs),
 		FS: splitList(f.fss), Suites: splitList(f.suites),
 	})
@@ -79,7 +80,7 @@ func cmdJobs(w io.Writer, args []string) error {
 		return err
 	}
 	if *kernels {
-		builds := vm.KernelBuilds(jobs)
+		builds := cijob.KernelBuilds(jobs)
 		switch {
 		case *asJSON:
 			return writeJSONLine(w, builds)
@@ -114,7 +115,7 @@ func cmdJobs(w io.Writer, args []string) error {
 		return err
 	}
 	_, err = fmt.Fprintf(w, "%d jobs on %d kernel builds; each boots the stock and the patched kernel (-commands prints their commands)\n",
-		len(jobs), len(vm.KernelBuilds(jobs)))
+		len(jobs), len(cijob.KernelBuilds(jobs)))
 	return err
 }
 
@@ -140,10 +141,10 @@ func cmdMerge(w io.Writer, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("merge: unexpected arguments %q", fs.Args())
 	}
-	var jobs []vm.Job
+	var jobs []cijob.Job
 	var err error
 	if *jobsFile != "" {
-		jobs, err = vm.ReadJobs(*jobsFile)
+		jobs, err = cijob.Read(*jobsFile)
 	} else {
 		jobs, err = f.list()
 	}
@@ -153,16 +154,16 @@ func cmdMerge(w io.Writer, args []string) error {
 	if *dir == "" {
 		*dir = f.top + "/" + f.out
 	}
-	m := vm.MergeJobs(*dir, jobs)
-	vm.WriteTable(w, m.Results...)
+	m := cijob.Merge(*dir, jobs)
+	report.WriteTable(w, m.Results...)
 	if *junit != "" {
-		if err := vm.WriteJUnit(*junit, m.Results...); err != nil {
+		if err := report.WriteJUnit(*junit, m.Results...); err != nil {
 			return err
 		}
 		progress("JUnit report: %s", *junit)
 	}
 	if *jsonOut != "" {
-		if err := vm.WriteJSON(*jsonOut, m.Results...); err != nil {
+		if err := report.WriteJSON(*jsonOut, m.Results...); err != nil {
 			return fmt.Errorf("write go test -json events: %w", err)
 		}
 		progress("go test -json events: %s", *jsonOut)

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovlkit/ovlkit/vm"
+	"github.com/ovlkit/ovlkit/vm/cijob"
+	"github.com/ovlkit/ovlkit/vm/report"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // Every job of the repository's matrix runs ovlvm test with flags ovlvm
@@ -24,7 +26,7 @@ func TestJobsOfTheRepository(t *testing.T) {
 	if n := strings.Count(out.String(), "\n"); n != 1 {
 		t.Errorf("-json printed %d lines, want one (a CI matrix is one output line)", n)
 	}
-	var jobs []vm.Job
+	var jobs []cijob.Job
 	if err := json.Unmarshal(out.Bytes(), &jobs); err != nil {
 		t.Fatal(err)
 	}
@@ -75,13 +77,13 @@ func TestJobsOfTheRepository(t *testing.T) {
 	if err := cmdJobs(&out, []string{"-C", "../..", "-kernels", "-json"}); err != nil {
 		t.Fatal(err)
 	}
-	var builds []vm.KernelBuild
+	var builds []cijob.KernelBuild
 	if err := json.Unmarshal(out.Bytes(), &builds); err != nil {
 		t.Fatal(err)
 	}
-	if len(builds) != len(vm.JobConfigs())*len(bases) {
+	if len(builds) != len(cijob.Configs())*len(bases) {
 		t.Errorf("%d kernel builds for %d bases, want one per configuration (%d) each",
-			len(builds), len(bases), len(vm.JobConfigs()))
+			len(builds), len(bases), len(cijob.Configs()))
 	}
 
 	for _, bad := range [][]string{{"-base", "2.6"}, {"-json", "-commands"}, {"extra"}, {"-nosuchflag"}} {
@@ -94,25 +96,25 @@ func TestJobsOfTheRepository(t *testing.T) {
 
 func TestMergeCommand(t *testing.T) {
 	dir := t.TempDir()
-	run := func(label string, status vm.Status) *vm.Result {
-		action := map[vm.Status]string{vm.Pass: "pass", vm.Fail: "fail"}[status]
-		return &vm.Result{Label: label, Tests: []*vm.Test{{
+	run := func(label string, status verdict.Status) *verdict.Result {
+		action := map[verdict.Status]string{verdict.Pass: "pass", verdict.Fail: "fail"}[status]
+		return &verdict.Result{Label: label, Tests: []*verdict.Test{{
 			Package: "github.com/ovlkit/ovlkit/tests/guest/semantics", Name: "TestRename/ext4",
-			Status: status, Action: action, Kind: vm.Kept, Leaf: true,
+			Status: status, Action: action, Kind: verdict.Kept, Leaf: true,
 		}}}
 	}
-	write := func(id string, results ...*vm.Result) {
-		if err := vm.WriteJUnit(filepath.Join(dir, id+".xml"), results...); err != nil {
+	write := func(id string, results ...*verdict.Result) {
+		if err := report.WriteJUnit(filepath.Join(dir, id+".xml"), results...); err != nil {
 			t.Fatal(err)
 		}
-		if err := vm.WriteJSON(filepath.Join(dir, id+".json"), results...); err != nil {
+		if err := report.WriteJSON(filepath.Join(dir, id+".json"), results...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	jobsFile := func(ids ...string) string {
-		var jobs []vm.Job
+		var jobs []cijob.Job
 		for _, id := range ids {
-			jobs = append(jobs, vm.Job{ID: id})
+			jobs = append(jobs, cijob.Job{ID: id})
 		}
 		b, err := json.Marshal(jobs)
 		if err != nil {
@@ -124,9 +126,9 @@ func TestMergeCommand(t *testing.T) {
 		}
 		return p
 	}
-	write("a", run("patched", vm.Pass), run("stock", vm.Pass))
-	write("b", run("patched", vm.Pass), run("stock", vm.Pass))
-	write("c", run("patched", vm.Fail), run("stock", vm.Pass))
+	write("a", run("patched", verdict.Pass), run("stock", verdict.Pass))
+	write("b", run("patched", verdict.Pass), run("stock", verdict.Pass))
+	write("c", run("patched", verdict.Fail), run("stock", verdict.Pass))
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 
 	var out bytes.Buffer

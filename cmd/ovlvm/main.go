@@ -36,6 +36,9 @@ import (
 	"time"
 
 	"github.com/ovlkit/ovlkit/vm"
+	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/report"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 func main() {
@@ -111,8 +114,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.Var(&o.pkgs, "pkg", "guest test package pattern (repeatable; default ./tests/guest/... and ./cmd/ovlgraph)")
 	fs.StringVar(&o.run, "run", "", "run only guest tests matching this regexp")
 	fs.StringVar(&o.bench, "bench", "", "run guest benchmarks matching this regexp")
-	fs.StringVar(&o.fs, "fs", strings.Join(append(append([]string{}, vm.DiskFilesystems...), vm.UnfitFilesystems...), ","),
-		"disk filesystems to attach (tmpfs is always there; "+strings.Join(vm.UnfitFilesystems, " and ")+" are for refusal tests)")
+	fs.StringVar(&o.fs, "fs", strings.Join(append(append([]string{}, guestproto.DiskFilesystems...), guestproto.UnfitFilesystems...), ","),
+		"disk filesystems to attach (tmpfs is always there; "+strings.Join(guestproto.UnfitFilesystems, " and ")+" are for refusal tests)")
 	fs.StringVar(&o.accel, "accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
 	fs.IntVar(&o.mem, "mem", 512, "guest memory in MiB")
 	// Under TCG on a busy 2-core host the graph suite (128- and 500-layer
@@ -335,8 +338,8 @@ func (p *linePrefixer) Write(b []byte) (int, error) {
 
 // report prints the table, writes the machine formats, and turns the
 // verdict into the command's error.
-func (h *harness) report(results ...*vm.Result) error {
-	scope, err := vm.LoadProofScope(filepath.Join(h.o.top, "patches"), h.o.kbase)
+func (h *harness) report(results ...*verdict.Result) error {
+	scope, err := verdict.LoadProofScope(filepath.Join(h.o.top, "patches"), h.o.kbase)
 	if err != nil {
 		return err
 	}
@@ -348,28 +351,28 @@ func (h *harness) report(results ...*vm.Result) error {
 		if len(scoped) == 0 {
 			continue
 		}
-		count := map[vm.Status]int{}
+		count := map[verdict.Status]int{}
 		for _, t := range scoped {
 			count[t.Status]++
 		}
 		progress("%s: %d tests prove patches that patches/%s lacks, judged as keeps tests here: %d passed, %d failed, %d skipped",
-			r.Label, len(scoped), h.o.kbase, count[vm.Pass], count[vm.Fail], count[vm.Skip])
+			r.Label, len(scoped), h.o.kbase, count[verdict.Pass], count[verdict.Fail], count[verdict.Skip])
 		for _, t := range scoped {
-			if t.Status != vm.Pass {
+			if t.Status != verdict.Pass {
 				progress("    %s %s (%s): %s", t.Package, t.Name, strings.Join(t.Elsewhere, "; "), t.Status)
 			}
 		}
 	}
 	fmt.Println()
-	vm.WriteTable(os.Stdout, results...)
+	report.WriteTable(os.Stdout, results...)
 	if h.o.junit != "" {
-		if err := vm.WriteJUnit(h.o.junit, results...); err != nil {
+		if err := report.WriteJUnit(h.o.junit, results...); err != nil {
 			return err
 		}
 		progress("JUnit report: %s", h.o.junit)
 	}
 	if h.o.jsonOut != "" {
-		if err := vm.WriteJSON(h.o.jsonOut, results...); err != nil {
+		if err := report.WriteJSON(h.o.jsonOut, results...); err != nil {
 			return err
 		}
 		progress("go test -json events: %s", h.o.jsonOut)
@@ -514,7 +517,7 @@ func cmdTest(ctx context.Context, args []string) error {
 	}
 	sc.Modules = stockMods
 	// Two guests at once use both host cores; each is single-CPU.
-	results := make([]*vm.Result, 2)
+	results := make([]*verdict.Result, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i, c := range []vm.Config{pc, sc} {
@@ -530,7 +533,7 @@ func cmdTest(ctx context.Context, args []string) error {
 	}
 	// Each run is judged on its own; only the pair shows whether every
 	// proof and keeps test was actually compared between the kernels.
-	vm.CompareRuns(results[0], results[1])
+	verdict.CompareRuns(results[0], results[1])
 	return h.report(results...)
 }
 
@@ -557,23 +560,23 @@ func cmdSelftest(ctx context.Context, args []string) error {
 	cases := []struct {
 		name, inject string
 		env          map[string]string
-		want         func(*vm.Result) error
+		want         func(*verdict.Result) error
 	}{
-		{"clean", "", nil, func(r *vm.Result) error {
+		{"clean", "", nil, func(r *verdict.Result) error {
 			if !r.OK() {
 				return fmt.Errorf("clean run failed: %v", r.Problems)
 			}
 			return nil
 		}},
-		{"failing-test", "fail", nil, func(r *vm.Result) error {
+		{"failing-test", "fail", nil, func(r *verdict.Result) error {
 			for _, t := range r.Tests {
-				if t.Status == vm.Fail && strings.Contains(t.Name, "Injected") {
+				if t.Status == verdict.Fail && strings.Contains(t.Name, "Injected") {
 					return nil
 				}
 			}
 			return errors.New("a deliberately failing guest test was not reported as failed")
 		}},
-		{"kernel-warn", "warn", nil, func(r *vm.Result) error {
+		{"kernel-warn", "warn", nil, func(r *verdict.Result) error {
 			for _, s := range r.Splats {
 				if s.Kind == "WARNING" {
 					if r.OK() {
@@ -584,7 +587,7 @@ func cmdSelftest(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("an injected kernel WARN was not reported (problems: %v)", r.Problems)
 		}},
-		{"kernel-panic", "panic", nil, func(r *vm.Result) error {
+		{"kernel-panic", "panic", nil, func(r *verdict.Result) error {
 			for _, s := range r.Splats {
 				if s.Kind == "Kernel panic" && !r.OK() {
 					return nil
@@ -592,9 +595,9 @@ func cmdSelftest(ctx context.Context, args []string) error {
 			}
 			return fmt.Errorf("an injected kernel panic was not reported (problems: %v)", r.Problems)
 		}},
-		{"hanging-test", "hang", map[string]string{"OVLKIT_TEST_TIMEOUT": "5s"}, func(r *vm.Result) error {
+		{"hanging-test", "hang", map[string]string{"OVLKIT_TEST_TIMEOUT": "5s"}, func(r *verdict.Result) error {
 			for _, t := range r.Tests {
-				if t.Status == vm.Fail && strings.Contains(t.Name, "InjectedHang") {
+				if t.Status == verdict.Fail && strings.Contains(t.Name, "InjectedHang") {
 					return nil
 				}
 			}
@@ -602,7 +605,7 @@ func cmdSelftest(ctx context.Context, args []string) error {
 		}},
 	}
 	var failures []string
-	var results []*vm.Result
+	var results []*verdict.Result
 	for _, tc := range cases {
 		env := map[string]string{}
 		for k, v := range tc.env {
@@ -620,26 +623,26 @@ func cmdSelftest(ctx context.Context, args []string) error {
 			return err
 		}
 		results = append(results, res)
-		verdict := "ok"
+		outcome := "ok"
 		if err := tc.want(res); err != nil {
-			verdict = "FAILED: " + err.Error()
+			outcome = "FAILED: " + err.Error()
 			failures = append(failures, tc.name+": "+err.Error())
 		}
-		fmt.Printf("selftest %-13s run %-4s -> %s\n", tc.name, passFail(res.OK()), verdict)
+		fmt.Printf("selftest %-13s run %-4s -> %s\n", tc.name, passFail(res.OK()), outcome)
 		if !res.OK() {
 			// Show what the harness reported, as a user would see it.
 			for _, p := range res.Problems {
 				fmt.Printf("    reported: %s\n", strings.ReplaceAll(firstLines(p, 4), "\n", "\n    "))
 			}
 			for _, t := range res.Tests {
-				if t.Status == vm.Fail && t.Leaf {
+				if t.Status == verdict.Fail && t.Leaf {
 					fmt.Printf("    reported: test %s failed\n", t.Name)
 				}
 			}
 		}
 	}
 	if h.o.junit != "" {
-		if err := vm.WriteJUnit(h.o.junit, results...); err != nil {
+		if err := report.WriteJUnit(h.o.junit, results...); err != nil {
 			return err
 		}
 	}
@@ -670,14 +673,14 @@ func cmdJUnit(args []string) error {
 	out := fs.String("o", "", "JUnit XML output file")
 	label := fs.String("label", "host", "name of this run in the report")
 	fs.Parse(args)
-	evs, err := vm.ReadEvents(os.Stdin)
+	evs, err := verdict.ReadEvents(os.Stdin)
 	if err != nil {
 		return err
 	}
-	res := vm.ResultFromEvents(*label, evs)
-	vm.WriteTable(os.Stdout, res)
+	res := verdict.ResultFromEvents(*label, evs)
+	report.WriteTable(os.Stdout, res)
 	if *out != "" {
-		if err := vm.WriteJUnit(*out, res); err != nil {
+		if err := report.WriteJUnit(*out, res); err != nil {
 			return err
 		}
 	}

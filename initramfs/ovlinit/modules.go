@@ -10,32 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
-
-// modulesDir holds the modules the host packed for a kernel whose drivers
-// are modules, and their load order (vm/modules.go, GuestModulesDir).
-const modulesDir = "/ovlkit/modules"
-
-// A module to load: its name and file, from the order file.
-type module struct {
-	name, file string
-}
-
-// readModuleOrder parses the "NAME\tFILE" lines of the order file.
-func readModuleOrder(b []byte) ([]module, error) {
-	var out []module
-	for _, line := range strings.Split(string(b), "\n") {
-		if line == "" {
-			continue
-		}
-		name, file, ok := strings.Cut(line, "\t")
-		if !ok || name == "" || file == "" || strings.Contains(file, "/") {
-			return nil, fmt.Errorf("module order line %q: want NAME<tab>FILE", line)
-		}
-		out = append(out, module{name, file})
-	}
-	return out, nil
-}
 
 // initFlags are finit_module's flags for a module file: a compressed one
 // is unpacked by the kernel (the host packs it compressed only when the
@@ -57,14 +34,14 @@ func initFlags(file string) int {
 // CPU-accelerated checksum without the CPU feature, as under TCG) is
 // noted on the console only, as modprobe would report it and go on.
 func loadModules() []string {
-	b, err := os.ReadFile(filepath.Join(modulesDir, "order"))
+	b, err := os.ReadFile("/" + guestproto.ModuleOrderPath)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil // a kernel with everything built in
 	}
 	if err != nil {
 		return []string{fmt.Sprintf("modules: %v", err)}
 	}
-	mods, err := readModuleOrder(b)
+	mods, err := guestproto.ParseModuleOrder(string(b))
 	if err != nil {
 		return []string{fmt.Sprintf("modules: %v", err)}
 	}
@@ -72,17 +49,17 @@ func loadModules() []string {
 	var problems []string
 	loaded := 0
 	for _, m := range mods {
-		err := finitModule(filepath.Join(modulesDir, m.file))
+		err := finitModule(filepath.Join("/", guestproto.ModulesDir, m.File))
 		switch {
 		case err == nil:
 			loaded++
 		case errors.Is(err, unix.EEXIST):
 			// Already there (a dependency loaded it, or it is built in).
 		case errors.Is(err, unix.ENODEV):
-			log.Printf("module %s: %v (no device for it; skipped)", m.name, err)
+			log.Printf("module %s: %v (no device for it; skipped)", m.Name, err)
 		default:
-			problems = append(problems, fmt.Sprintf("module %s (%s) failed to load: %v", m.name, m.file, err))
-			log.Printf("module %s: %v", m.name, err)
+			problems = append(problems, fmt.Sprintf("module %s (%s) failed to load: %v", m.Name, m.File, err))
+			log.Printf("module %s: %v", m.Name, err)
 		}
 	}
 	log.Printf("loaded %d of %d modules in %.1fs", loaded, len(mods), time.Since(start).Seconds())

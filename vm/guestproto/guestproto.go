@@ -1,8 +1,10 @@
 // Package guestproto is the one definition of what the guest's init
-// (initramfs/ovlinit) and the host (package vm) say to each other: the
-// manifest of test binaries the host packs into the initramfs, the records
-// the guest frames test output with on the results console, and the
-// kernel log line that names the test that starts running.
+// (initramfs/ovlinit), its tests (tests/guest) and the host (package vm)
+// say to each other: the manifest of test binaries the host packs into the
+// initramfs, the disk serials, the records the guest frames test output
+// with on the results console, the markers by which a test declares what
+// it proves or keeps, and the kernel log line that names the test that
+// starts running.
 //
 // It imports nothing beyond the standard library, so the guest's init can
 // link it without the host's QEMU and packing code.
@@ -33,6 +35,33 @@ const ManifestPath = "ovlkit/manifest"
 // starts or resumes: KmsgMarker, the package, a space and the test name.
 const KmsgMarker = "ovlkit: run "
 
+// ProofMarker starts the log line by which a guest test names the patch
+// of the series it proves: the host then requires it to fail on the stock
+// kernel. KeepsMarker starts the line by which a test names behaviour the
+// series must not change: the host requires it to pass on both kernels.
+const (
+	ProofMarker = "ovlkit-proves: "
+	KeepsMarker = "ovlkit-keeps: "
+)
+
+// The serial of a disk the host attaches is one of these prefixes and the
+// name of the filesystem on it, so the guest finds its disks by serial,
+// not by probe order. A disk that cannot hold overlay layers (vfat, for
+// the tests of refusals) has a prefix of its own, so it never becomes a
+// test filesystem by mistake.
+const (
+	DiskSerialPrefix      = "ovlkit-"
+	UnfitDiskSerialPrefix = "ovlunfit-"
+)
+
+// DiskFilesystems are the disk-backed upper filesystems the host can
+// attach (tmpfs needs no disk).
+var DiskFilesystems = []string{"ext4", "xfs", "btrfs"}
+
+// UnfitFilesystems are disks the layer store must refuse to live on,
+// attached with UnfitDiskSerialPrefix (tests/guest/guesttest.UnfitDisk).
+var UnfitFilesystems = []string{"xfs-ftype0", "vfat"}
+
 // Record kinds, the first word after Tag.
 const (
 	recStart   = "start"    // the guest kernel's release and version
@@ -44,6 +73,48 @@ const (
 	recKmsgEnd = "kmsg-end" // the kernel log ended
 	recDone    = "done"     // the guest reached the end of its run
 )
+
+// ModulesDir is where the initramfs holds the modules of a kernel whose
+// drivers are modules, relative to its root. Not lib/modules: u-root's init loads every
+// /lib/modules/*.ko it finds, in no useful order, before the guest's init
+// runs.
+const ModulesDir = "ovlkit/modules"
+
+// ModuleOrderPath is the load order's file, relative to the root.
+const ModuleOrderPath = ModulesDir + "/order"
+
+// A Module of the load order: the module's name and its file in
+// ModulesDir.
+type Module struct {
+	Name, File string
+}
+
+// EncodeModuleOrder gives the order file's text: one "NAME\tFILE" line a
+// module, in load order.
+func EncodeModuleOrder(mods []Module) string {
+	var b strings.Builder
+	for _, m := range mods {
+		fmt.Fprintf(&b, "%s\t%s\n", m.Name, m.File)
+	}
+	return b.String()
+}
+
+// ParseModuleOrder reads what EncodeModuleOrder wrote. A file name must
+// be a name in ModulesDir, not a path.
+func ParseModuleOrder(text string) ([]Module, error) {
+	var out []Module
+	for _, line := range strings.Split(text, "\n") {
+		if line == "" {
+			continue
+		}
+		name, file, ok := strings.Cut(line, "\t")
+		if !ok || name == "" || file == "" || strings.Contains(file, "/") {
+			return nil, fmt.Errorf("module order line %q: want NAME<tab>FILE", line)
+		}
+		out = append(out, Module{Name: name, File: file})
+	}
+	return out, nil
+}
 
 // An Entry of the manifest is one test binary: its import path, the
 // binary and the directory it runs in (the package directory, for its

@@ -115,3 +115,19 @@ func TestManifestRoundTrip(t *testing.T) {
 		t.Error("a line of two fields was accepted")
 	}
 }
+
+func TestModuleOrderRoundTrip(t *testing.T) {
+	mods := []Module{{Name: "virtio", File: "000-virtio.ko"}, {Name: "overlay", File: "001-overlay.ko.xz"}}
+	got, err := ParseModuleOrder(EncodeModuleOrder(mods))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, mods) {
+		t.Errorf("round trip gave %+v", got)
+	}
+	for _, bad := range []string{"overlay\n", "\t001-overlay.ko\n", "x\t../etc/passwd\n"} {
+		if _, err := ParseModuleOrder(bad); err == nil {
+			t.Errorf("ParseModuleOrder(%q) accepted a malformed line", bad)
+		}
+	}
+}

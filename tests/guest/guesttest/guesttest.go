@@ -24,12 +24,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
-
-// ProofMarker starts the log line by which a test tells the harness which
-// patch of the series it proves. The harness then requires the test to fail
-// on the stock kernel.
-const ProofMarker = "ovlkit-proves: "
 
 // Proves declares that t demonstrates the patch whose subject line is given
 // (for example "ovl: add strict_upper option to fail instead of degrading").
@@ -37,13 +33,8 @@ const ProofMarker = "ovlkit-proves: "
 // the test passes on the stock kernel.
 func Proves(t testing.TB, subject string) {
 	t.Helper()
-	t.Log(ProofMarker + subject)
+	t.Log(guestproto.ProofMarker + subject)
 }
-
-// KeepsMarker starts the log line by which a test tells the harness that it
-// guards behaviour the series must not change. The harness then requires
-// the test to pass on the stock kernel as well as on the patched one.
-const KeepsMarker = "ovlkit-keeps: "
 
 // Keeps declares that t guards behaviour the series must leave as the stock
 // kernel has it, described by what (for example "rename of a lower
@@ -54,7 +45,7 @@ const KeepsMarker = "ovlkit-keeps: "
 // must not be nested in a keeps test.
 func Keeps(t testing.TB, what string) {
 	t.Helper()
-	t.Log(KeepsMarker + what)
+	t.Log(guestproto.KeepsMarker + what)
 }
 
 // FS is one filesystem the guest can put overlay layers on.
@@ -83,7 +74,7 @@ func Filesystems() []FS {
 			continue
 		}
 		serial := strings.TrimSpace(string(b))
-		name, ok := strings.CutPrefix(serial, "ovlkit-")
+		name, ok := strings.CutPrefix(serial, guestproto.DiskSerialPrefix)
 		if !ok {
 			continue
 		}
@@ -103,7 +94,7 @@ func UnfitDisk(t testing.TB, name string) string {
 	devs, _ := filepath.Glob("/sys/block/vd*/serial")
 	for _, p := range devs {
 		b, err := os.ReadFile(p)
-		if err != nil || strings.TrimSpace(string(b)) != "ovlunfit-"+name {
+		if err != nil || strings.TrimSpace(string(b)) != guestproto.UnfitDiskSerialPrefix+name {
 			continue
 		}
 		dev := "/dev/" + filepath.Base(filepath.Dir(p))

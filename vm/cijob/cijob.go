@@ -1,8 +1,7 @@
-package vm
+package cijob
 
 import (
 	"encoding/json"
-	"encoding/xml"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/report"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // A Job is one cell of the CI matrix: the guest suite Suite, restricted to
@@ -58,8 +61,8 @@ type KernelBuild struct {
 	Command string            `json:"command"`
 }
 
-// JobConfig is a kernel configuration of the matrix.
-type JobConfig struct {
+// Config is a kernel configuration of the matrix.
+type Config struct {
 	Name string
 	// KconfigExtra is KCONFIG_EXTRA: the fragments of kconfig/ merged
 	// after guest, overlay and the base's own.
@@ -73,12 +76,12 @@ type JobConfig struct {
 	TimeoutMinutes int
 }
 
-// JobConfigs are the kernel configurations of the matrix: the default one
+// Configs are the kernel configurations of the matrix: the default one
 // of make test, the debug one of make test-debug with that target's
 // guest memory, timeouts, lockdep requirement and fault-injection suite,
 // and the distribution's kernel as the stock one (make distro-test).
-func JobConfigs() []JobConfig {
-	return []JobConfig{
+func Configs() []Config {
+	return []Config{
 		{Name: "default", TimeoutMinutes: 60},
 		{
 			Name: "debug", KconfigExtra: "debug",
@@ -99,17 +102,17 @@ func JobConfigs() []JobConfig {
 	}
 }
 
-// JobFilesystems are the values of a job's FS for a suite that runs its
+// Filesystems are the values of a job's FS for a suite that runs its
 // tests per filesystem: tmpfs and the disks the guest always has.
-func JobFilesystems() []string {
-	return append([]string{"tmpfs"}, DiskFilesystems...)
+func Filesystems() []string {
+	return append([]string{"tmpfs"}, guestproto.DiskFilesystems...)
 }
 
 // AllFS is the FS of a job whose suite does not run per filesystem.
 const AllFS = "all"
 
-// JobFilter selects jobs; an empty list selects every value of its axis.
-type JobFilter struct {
+// Filter selects jobs; an empty list selects every value of its axis.
+type Filter struct {
 	Bases, Configs, FS, Suites []string
 }
 
@@ -201,7 +204,7 @@ func readSuite(top, dir string) (Suite, bool, error) {
 		return Suite{}, false, err
 	}
 	s.Package = "./" + filepath.ToSlash(rel)
-	s.Name = suiteName(s.Package)
+	s.Name = verdict.SuiteName(s.Package)
 	for d := dir; d != top && d != filepath.Dir(d); d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
 			s.Module = true
@@ -211,10 +214,10 @@ func readSuite(top, dir string) (Suite, bool, error) {
 	return s, true, nil
 }
 
-// ListJobs returns the jobs of the matrix under top that f selects, each
+// List returns the jobs of the matrix under top that f selects, each
 // writing its results to outDir (relative to top), ordered by base,
 // configuration, suite and filesystem.
-func ListJobs(top, outDir string, f JobFilter) ([]Job, error) {
+func List(top, outDir string, f Filter) ([]Job, error) {
 	bases, err := KernelBases(top)
 	if err != nil {
 		return nil, err
@@ -224,13 +227,13 @@ func ListJobs(top, outDir string, f JobFilter) ([]Job, error) {
 		return nil, err
 	}
 	var configNames, suiteNames []string
-	for _, c := range JobConfigs() {
+	for _, c := range Configs() {
 		configNames = append(configNames, c.Name)
 	}
 	for _, s := range suites {
 		suiteNames = append(suiteNames, s.Name)
 	}
-	fsNames := append(JobFilesystems(), AllFS)
+	fsNames := append(Filesystems(), AllFS)
 	for _, axis := range []struct {
 		name        string
 		want, valid []string
@@ -252,7 +255,7 @@ func ListJobs(top, outDir string, f JobFilter) ([]Job, error) {
 		if !selected(f.Bases, base) {
 			continue
 		}
-		for _, c := range JobConfigs() {
+		for _, c := range Configs() {
 			if !selected(f.Configs, c.Name) {
 				continue
 			}
@@ -262,7 +265,7 @@ func ListJobs(top, outDir string, f JobFilter) ([]Job, error) {
 				}
 				fss := []string{AllFS}
 				if s.PerFS {
-					fss = JobFilesystems()
+					fss = Filesystems()
 				}
 				for _, fsName := range fss {
 					if selected(f.FS, fsName) {
@@ -278,7 +281,7 @@ func ListJobs(top, outDir string, f JobFilter) ([]Job, error) {
 	return jobs, nil
 }
 
-func newJob(base string, c JobConfig, s Suite, fsName, outDir string) Job {
+func newJob(base string, c Config, s Suite, fsName, outDir string) Job {
 	id := strings.Join([]string{base, c.Name, fsName, strings.ReplaceAll(s.Name, "/", "-")}, "-")
 	j := Job{
 		ID: id, Base: base, Config: c.Name, FS: fsName, Suite: s.Name, Package: s.Package,
@@ -301,7 +304,7 @@ func newJob(base string, c JobConfig, s Suite, fsName, outDir string) Job {
 	return j
 }
 
-func kernelEnv(base string, c JobConfig) map[string]string {
+func kernelEnv(base string, c Config) map[string]string {
 	env := map[string]string{"KBASE": base}
 	if c.KconfigExtra != "" {
 		env["KCONFIG_EXTRA"] = c.KconfigExtra
@@ -309,7 +312,7 @@ func kernelEnv(base string, c JobConfig) map[string]string {
 	return env
 }
 
-func kernelBuild(base string, c JobConfig) KernelBuild {
+func kernelBuild(base string, c Config) KernelBuild {
 	env := kernelEnv(base, c)
 	var cmds []string
 	for _, tree := range []string{"stock", "patched"} {
@@ -330,7 +333,7 @@ func KernelBuilds(jobs []Job) []KernelBuild {
 			continue
 		}
 		seen[k] = true
-		for _, c := range JobConfigs() {
+		for _, c := range Configs() {
 			if c.Name == j.Config {
 				out = append(out, kernelBuild(j.Base, c))
 			}
@@ -415,29 +418,20 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// What JUnit writes for the statuses a JUnit case cannot name; JobResults
-// reads them back.
-const (
-	junitUnexpectedPass = "proof test passes on the stock kernel"
-	junitExpectedFail   = "fails on the stock kernel as its proof requires\n"
-	junitHarnessSuite   = "harness"
-	junitProblemPrefix  = "problem-"
-)
-
-// JobResults reads what job wrote to dir (its JUnit report and its go test
+// Results reads what job wrote to dir (its JUnit report and its go test
 // -json events, named by its ID) and returns one judged run per kernel,
 // labelled ID/KERNEL. The JUnit report carries the verdict: every test's
 // judged status and the run-level problems (kernel reports, timeouts,
 // proofs not compared), which the events do not hold. An error means the
 // job left no complete result: it did not run, or died before judging.
-func JobResults(dir string, job Job) ([]*Result, error) {
+func Results(dir string, job Job) ([]*verdict.Result, error) {
 	xmlPath := filepath.Join(dir, job.ID+".xml")
 	b, err := os.ReadFile(xmlPath)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: no JUnit report: %w", job.ID, err)
 	}
-	var doc junitSuites
-	if err := xml.Unmarshal(b, &doc); err != nil {
+	runs, err := report.ReadJUnit(b)
+	if err != nil {
 		return nil, fmt.Errorf("job %s: JUnit report %s: %w", job.ID, xmlPath, err)
 	}
 	jsonPath := filepath.Join(dir, job.ID+".json")
@@ -446,34 +440,22 @@ func JobResults(dir string, job Job) ([]*Result, error) {
 		return nil, fmt.Errorf("job %s: no go test -json events: %w", job.ID, err)
 	}
 	defer f.Close()
-	evs, err := ReadEvents(f)
+	evs, err := verdict.ReadEvents(f)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %s: %w", job.ID, jsonPath, err)
 	}
 	// The runs of every job, as ovlvm test labels them.
 	kernels := []string{"patched", "stock"}
-	byLabel := map[string]*Result{}
+	byLabel := map[string]*verdict.Result{}
 	for _, k := range kernels {
-		byLabel[k] = &Result{Label: job.ID + "/" + k}
+		byLabel[k] = &verdict.Result{Label: job.ID + "/" + k}
 	}
-	for _, s := range doc.Suites {
-		label, suite, ok := strings.Cut(s.Name, "/")
+	for label, run := range runs {
 		r := byLabel[label]
-		if !ok || r == nil {
-			return nil, fmt.Errorf("job %s: JUnit suite %q is not of a stock or patched run", job.ID, s.Name)
+		if r == nil {
+			return nil, fmt.Errorf("job %s: JUnit report has a run %q, not a stock or patched one", job.ID, label)
 		}
-		for _, c := range s.Cases {
-			if suite == junitHarnessSuite && c.Classname == s.Name && strings.HasPrefix(c.Name, junitProblemPrefix) {
-				// Go test names start with Test, Benchmark, Fuzz or
-				// Example, so this is a run-level problem.
-				if c.Failure == nil {
-					return nil, fmt.Errorf("job %s: harness case %s without a failure", job.ID, c.Name)
-				}
-				r.Problems = append(r.Problems, c.Failure.Body)
-				continue
-			}
-			r.Tests = append(r.Tests, testFromJUnit(s.Name, suite, c))
-		}
+		r.Tests, r.Problems = run.Tests, run.Problems
 	}
 	for _, e := range evs {
 		label, pkg, ok := strings.Cut(e.Package, ":")
@@ -484,7 +466,7 @@ func JobResults(dir string, job Job) ([]*Result, error) {
 		e.Package = pkg
 		r.Events = append(r.Events, e)
 	}
-	var out []*Result
+	var out []*verdict.Result
 	for _, k := range kernels {
 		r := byLabel[k]
 		if len(r.Tests) == 0 && len(r.Problems) == 0 {
@@ -497,55 +479,21 @@ func JobResults(dir string, job Job) ([]*Result, error) {
 	return out, nil
 }
 
-// testFromJUnit turns a JUnit case back into the judged test JUnit made it
-// from. The package is made so that suiteName gives the suite back.
-func testFromJUnit(suiteFull, suite string, c junitCase) *Test {
-	t := &Test{Package: "/tests/guest/" + suite, Name: c.Name, Elapsed: c.Time, Leaf: true}
-	switch c.Classname {
-	case suiteFull + "." + string(Proof):
-		t.Kind = Proof
-	case suiteFull + "." + string(Kept):
-		t.Kind = Kept
-	}
-	switch {
-	case c.Failure != nil:
-		t.Action, t.Status, t.Output = "fail", Fail, c.Failure.Body
-		if c.Failure.Message == junitUnexpectedPass {
-			t.Action, t.Status = "pass", UnexpectedPass
-		}
-	case c.Skipped != nil:
-		t.Action, t.Status = "skip", Skip
-	case strings.HasPrefix(c.SystemOut, junitExpectedFail):
-		t.Action, t.Status, t.Output = "fail", ExpectedFail, strings.TrimPrefix(c.SystemOut, junitExpectedFail)
-	default:
-		t.Action, t.Status = "pass", Pass
-	}
-	for _, line := range strings.Split(t.Output, "\n") {
-		if i := strings.Index(line, proofMarker); i >= 0 {
-			t.Proves = append(t.Proves, strings.TrimSpace(line[i+len(proofMarker):]))
-		}
-		if i := strings.Index(line, keepsMarker); i >= 0 {
-			t.Keeps = append(t.Keeps, strings.TrimSpace(line[i+len(keepsMarker):]))
-		}
-	}
-	return t
-}
-
-// Merged is the outcome of MergeJobs.
+// Merged is the outcome of Merge.
 type Merged struct {
-	Results []*Result // two per job with results, in the jobs' order
-	Missing []string  // jobs without a complete result, each a sentence
-	Failed  []string  // labels of runs that failed
+	Results []*verdict.Result // two per job with results, in the jobs' order
+	Missing []string          // jobs without a complete result, each a sentence
+	Failed  []string          // labels of runs that failed
 }
 
 // OK reports whether every job left a result and every run passed.
 func (m *Merged) OK() bool { return len(m.Missing) == 0 && len(m.Failed) == 0 }
 
-// MergeJobs reads the results of jobs from dir.
-func MergeJobs(dir string, jobs []Job) *Merged {
+// Merge reads the results of jobs from dir.
+func Merge(dir string, jobs []Job) *Merged {
 	m := &Merged{}
 	for _, j := range jobs {
-		rs, err := JobResults(dir, j)
+		rs, err := Results(dir, j)
 		if err != nil {
 			m.Missing = append(m.Missing, err.Error())
 			continue
@@ -560,8 +508,8 @@ func MergeJobs(dir string, jobs []Job) *Merged {
 	return m
 }
 
-// ReadJobs reads a job list as "ovlvm jobs -json" prints it.
-func ReadJobs(path string) ([]Job, error) {
+// Read reads a job list as "ovlvm jobs -json" prints it.
+func Read(path string) ([]Job, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("job list: %w", err)

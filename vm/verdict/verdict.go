@@ -1,4 +1,11 @@
-package vm
+// Package verdict decides what a run of guest tests showed: it turns the
+// test binaries' output into go test -json events and tests, reads the
+// proofs and keeps the tests declare and checks them against the series of
+// the kernel base (a proof must fail on the stock kernel and pass on the
+// patched one, a keeps test must pass on both), finds kernel reports in
+// the kernel log, and compares the stock and the patched run. It boots
+// nothing: package vm does, and package report writes the results out.
+package verdict
 
 import (
 	"bufio"
@@ -10,6 +17,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // Event is one go test -json event (cmd/test2json's format).
@@ -79,12 +88,6 @@ func (t *Test) FS() string {
 	return "-"
 }
 
-// The markers guesttest.Proves and guesttest.Keeps log.
-const (
-	proofMarker = "ovlkit-proves: "
-	keepsMarker = "ovlkit-keeps: "
-)
-
 // toEvents converts one binary's raw -test.v=test2json output to events
 // with the toolchain's own converter.
 func toEvents(goBin, pkg string, raw []byte) ([]Event, error) {
@@ -132,12 +135,12 @@ func collectTests(evs []Event) []*Test {
 		switch e.Action {
 		case "output":
 			t.Output += e.Output
-			if i := strings.Index(e.Output, proofMarker); i >= 0 {
-				subj := strings.TrimSpace(e.Output[i+len(proofMarker):])
+			if i := strings.Index(e.Output, guestproto.ProofMarker); i >= 0 {
+				subj := strings.TrimSpace(e.Output[i+len(guestproto.ProofMarker):])
 				t.Proves = append(t.Proves, subj)
 			}
-			if i := strings.Index(e.Output, keepsMarker); i >= 0 {
-				what := strings.TrimSpace(e.Output[i+len(keepsMarker):])
+			if i := strings.Index(e.Output, guestproto.KeepsMarker); i >= 0 {
+				what := strings.TrimSpace(e.Output[i+len(guestproto.KeepsMarker):])
 				t.Keeps = append(t.Keeps, what)
 			}
 		case "pass", "fail", "skip":
@@ -155,14 +158,14 @@ func collectTests(evs []Event) []*Test {
 	return order
 }
 
-// judge sets each test's Kind and Status and returns the contradictions it
+// judgeTests sets each test's Kind and Status and returns the contradictions it
 // found among the declarations. A test's kind comes from the nearest
 // declaration on it or an enclosing test; a test that declares both Proves
 // and Keeps counts as a keeps test. On the stock kernel a failing test is
 // expected when it is a proof test, or when all its failing subtests are
 // expected, and never when it is a keeps test; a test that declared a proof
 // itself and passes is an unexpected pass.
-func judge(tests []*Test, stock bool) []string {
+func judgeTests(tests []*Test, stock bool) []string {
 	problems := declare(tests)
 	grade(tests, stock)
 	return problems
@@ -203,7 +206,7 @@ func declare(tests []*Test) []string {
 		if len(t.Keeps) > 0 && len(t.Proves) > 0 {
 			problems = append(problems, fmt.Sprintf(
 				"%s %s declares both that it proves %q and that it keeps %q: a test cannot fail and pass on the stock kernel",
-				suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), strings.Join(t.Keeps, "; ")))
+				SuiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), strings.Join(t.Keeps, "; ")))
 		}
 		p := declaring(t)
 		if p == nil {
@@ -218,7 +221,7 @@ func declare(tests []*Test) []string {
 		if len(t.Proves) > 0 && len(p.Keeps) > 0 {
 			problems = append(problems, fmt.Sprintf(
 				"%s %s proves %q inside %s, which keeps %q: the enclosing test would have to fail on the stock kernel",
-				suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), p.Name, strings.Join(p.Keeps, "; ")))
+				SuiteName(t.Package), t.Name, strings.Join(t.Proves, "; "), p.Name, strings.Join(p.Keeps, "; ")))
 		}
 	}
 	return problems
@@ -321,7 +324,7 @@ func Summarize(tests []*Test) []Row {
 		if !t.Leaf {
 			continue
 		}
-		k := [2]string{suiteName(t.Package), t.FS()}
+		k := [2]string{SuiteName(t.Package), t.FS()}
 		r, ok := rows[k]
 		if !ok {
 			r = &Row{Suite: k[0], FS: k[1]}
@@ -367,8 +370,8 @@ func fsOrder(fs string) int {
 	return 99
 }
 
-// suiteName shortens an import path to what follows tests/guest/.
-func suiteName(pkg string) string {
+// SuiteName shortens an import path to what follows tests/guest/.
+func SuiteName(pkg string) string {
 	if i := strings.Index(pkg, "/tests/guest/"); i >= 0 {
 		return pkg[i+len("/tests/guest/"):]
 	}
@@ -400,7 +403,7 @@ func ReadEvents(r io.Reader) ([]Event, error) {
 func ResultFromEvents(label string, evs []Event) *Result {
 	r := &Result{Label: label, Events: evs, Uname: "host"}
 	r.Tests = collectTests(evs)
-	r.Problems = append(r.Problems, judge(r.Tests, false)...)
+	r.Problems = append(r.Problems, judgeTests(r.Tests, false)...)
 	for _, e := range evs {
 		// A package that fails to build or panics outside a test has
 		// only a package-level fail event.
@@ -465,7 +468,7 @@ func missingFrom(from, other *Result) []string {
 	for _, pkg := range pkgs {
 		lines := byPkg[pkg]
 		problems = append(problems, fmt.Sprintf("%s: proof or keeps tests that ran on %s did not run on %s, so the two kernels are not compared on them:\n    %s",
-			suiteName(pkg), from.Label, other.Label, strings.Join(lines, "\n    ")))
+			SuiteName(pkg), from.Label, other.Label, strings.Join(lines, "\n    ")))
 	}
 	return problems
 }

@@ -1,4 +1,4 @@
-package vm
+package cijob
 
 import (
 	"bytes"
@@ -10,6 +10,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/ovlkit/ovlkit/vm"
+	"github.com/ovlkit/ovlkit/vm/report"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // fakeTree writes a source tree with two bases, a suite run per filesystem,
@@ -70,7 +74,7 @@ func TestFindSuites(t *testing.T) {
 
 func TestListJobs(t *testing.T) {
 	top := fakeTree(t)
-	jobs, err := ListJobs(top, "build/jobs", JobFilter{Bases: []string{"6.12"}})
+	jobs, err := List(top, "build/jobs", Filter{Bases: []string{"6.12"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,7 @@ func TestListJobs(t *testing.T) {
 		t.Errorf("jobs:\n got %v\nwant %v", got, want)
 	}
 
-	all, err := ListJobs(top, "build/jobs", JobFilter{})
+	all, err := List(top, "build/jobs", Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +99,7 @@ func TestListJobs(t *testing.T) {
 		t.Errorf("all bases: %d jobs, first %s; want %d, 6.1 first", len(all), all[0].ID, 2*len(want))
 	}
 
-	jobs, err = ListJobs(top, "out", JobFilter{Bases: []string{"6.1"}, Configs: []string{"debug"}, FS: []string{"xfs"}, Suites: []string{"faults"}})
+	jobs, err = List(top, "out", Filter{Bases: []string{"6.1"}, Configs: []string{"debug"}, FS: []string{"xfs"}, Suites: []string{"faults"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,11 +121,11 @@ func TestListJobs(t *testing.T) {
 		t.Errorf("job %+v", j)
 	}
 
-	once, err := ListJobs(top, "out", JobFilter{Bases: []string{"6.1"}, Configs: []string{"default"}, Suites: []string{"once"}})
+	once, err := List(top, "out", Filter{Bases: []string{"6.1"}, Configs: []string{"default"}, Suites: []string{"once"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	distro, err := ListJobs(top, "out", JobFilter{Bases: []string{"6.12"}, Configs: []string{"distro"}, Suites: []string{"once"}})
+	distro, err := List(top, "out", Filter{Bases: []string{"6.12"}, Configs: []string{"distro"}, Suites: []string{"once"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +149,7 @@ func TestListJobs(t *testing.T) {
 
 func TestListJobsRejectsBadFilters(t *testing.T) {
 	top := fakeTree(t)
-	for _, f := range []JobFilter{
+	for _, f := range []Filter{
 		{Bases: []string{"5.10"}},
 		{Configs: []string{"kasan"}},
 		{FS: []string{"ext3"}},
@@ -154,11 +158,11 @@ func TestListJobsRejectsBadFilters(t *testing.T) {
 		{Configs: []string{"default"}, Suites: []string{"faults"}},
 		{FS: []string{"all"}, Suites: []string{"perfs"}},
 	} {
-		if jobs, err := ListJobs(top, "out", f); err == nil {
+		if jobs, err := List(top, "out", f); err == nil {
 			t.Errorf("filter %+v: got %v, want an error", f, jobIDs(jobs))
 		}
 	}
-	if _, err := ListJobs(t.TempDir(), "out", JobFilter{}); err == nil {
+	if _, err := List(t.TempDir(), "out", Filter{}); err == nil {
 		t.Error("a tree without patches/*/series: want an error")
 	}
 }
@@ -170,11 +174,11 @@ func TestFindSuitesAgreesWithGoList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := filepath.Abs("..")
+	top, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkgs, err := ListGuestPackages(context.Background(), goBin, top, "./tests/guest/...", "./cmd/ovlgraph")
+	pkgs, err := vm.ListGuestPackages(context.Background(), goBin, top, "./tests/guest/...", "./cmd/ovlgraph")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,33 +240,35 @@ const testPkg = "github.com/ovlkit/ovlkit/tests/guest/semantics"
 
 // pairResults is a judged pair of runs with every status a test can end in
 // and a run-level problem on each kernel.
-func pairResults() (patched, stock *Result) {
-	leaf := func(name string, kind Kind, status Status, out string) *Test {
-		action := map[Status]string{Pass: "pass", Fail: "fail", Skip: "skip", ExpectedFail: "fail", UnexpectedPass: "pass"}[status]
-		return &Test{Package: testPkg, Name: name, Kind: kind, Status: status, Action: action, Output: out, Elapsed: 0.5, Leaf: true}
+func pairResults() (patched, stock *verdict.Result) {
+	leaf := func(name string, kind verdict.Kind, status verdict.Status, out string) *verdict.Test {
+		action := map[verdict.Status]string{verdict.Pass: "pass", verdict.Fail: "fail", verdict.Skip: "skip", verdict.ExpectedFail: "fail", verdict.UnexpectedPass: "pass"}[status]
+		return &verdict.Test{Package: testPkg, Name: name, Kind: kind, Status: status, Action: action, Output: out, Elapsed: 0.5, Leaf: true}
 	}
 	proofOut := "=== RUN   TestProof/ext4\n    ovlkit-proves: ovl: add strict_upper option\n"
-	ev := func(test, action string) Event { return Event{Action: action, Package: testPkg, Test: test} }
-	patched = &Result{Label: "patched",
-		Tests: []*Test{
-			leaf("TestProof/ext4", Proof, Pass, ""),
-			leaf("TestKeeps/xfs", Kept, Pass, ""),
-			leaf("TestPlain", Plain, Pass, ""),
-			leaf("TestSkipped/tmpfs", Plain, Skip, ""),
-			leaf("TestBroken/btrfs", Kept, Fail, "    boom\n"),
+	ev := func(test, action string) verdict.Event {
+		return verdict.Event{Action: action, Package: testPkg, Test: test}
+	}
+	patched = &verdict.Result{Label: "patched",
+		Tests: []*verdict.Test{
+			leaf("TestProof/ext4", verdict.Proof, verdict.Pass, ""),
+			leaf("TestKeeps/xfs", verdict.Kept, verdict.Pass, ""),
+			leaf("TestPlain", verdict.Plain, verdict.Pass, ""),
+			leaf("TestSkipped/tmpfs", verdict.Plain, verdict.Skip, ""),
+			leaf("TestBroken/btrfs", verdict.Kept, verdict.Fail, "    boom\n"),
 		},
-		Events:   []Event{ev("TestProof/ext4", "pass"), ev("TestBroken/btrfs", "fail")},
+		Events:   []verdict.Event{ev("TestProof/ext4", "pass"), ev("TestBroken/btrfs", "fail")},
 		Problems: []string{"kernel WARNING report while TestPlain was running:\n[ 1.0] WARNING: at fs/overlayfs/super.c"},
 	}
 	proofs := []string{"ovl: add strict_upper option"}
-	stock = &Result{Label: "stock",
-		Tests: []*Test{
-			leaf("TestProof/ext4", Proof, ExpectedFail, proofOut+"    want EINVAL\n"),
-			leaf("TestProof/xfs", Proof, UnexpectedPass, proofOut),
-			leaf("TestKeeps/xfs", Kept, Pass, ""),
-			leaf("TestPlain", Plain, Pass, ""),
+	stock = &verdict.Result{Label: "stock",
+		Tests: []*verdict.Test{
+			leaf("TestProof/ext4", verdict.Proof, verdict.ExpectedFail, proofOut+"    want EINVAL\n"),
+			leaf("TestProof/xfs", verdict.Proof, verdict.UnexpectedPass, proofOut),
+			leaf("TestKeeps/xfs", verdict.Kept, verdict.Pass, ""),
+			leaf("TestPlain", verdict.Plain, verdict.Pass, ""),
 		},
-		Events:   []Event{ev("TestProof/ext4", "fail")},
+		Events:   []verdict.Event{ev("TestProof/ext4", "fail")},
 		Problems: []string{"semantics: proof or keeps tests that ran on stock did not run on patched"},
 	}
 	stock.Tests[0].Proves, stock.Tests[1].Proves = proofs, proofs
@@ -270,23 +276,23 @@ func pairResults() (patched, stock *Result) {
 }
 
 // writeJob writes what "ovlvm test -junit -json" writes for results.
-func writeJob(t *testing.T, dir, id string, results ...*Result) {
+func writeJob(t *testing.T, dir, id string, results ...*verdict.Result) {
 	t.Helper()
-	if err := WriteJUnit(filepath.Join(dir, id+".xml"), results...); err != nil {
+	if err := report.WriteJUnit(filepath.Join(dir, id+".xml"), results...); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteJSON(filepath.Join(dir, id+".json"), results...); err != nil {
+	if err := report.WriteJSON(filepath.Join(dir, id+".json"), results...); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // A job's results read back from its files are what it judged: the same
-// JUnit report, statuses and table under the job's labels.
+// report.JUnit report, statuses and table under the job's labels.
 func TestJobResultsRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	patched, stock := pairResults()
 	writeJob(t, dir, "6.1-default-ext4-semantics", patched, stock)
-	got, err := JobResults(dir, Job{ID: "6.1-default-ext4-semantics"})
+	got, err := Results(dir, Job{ID: "6.1-default-ext4-semantics"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,25 +300,25 @@ func TestJobResultsRoundTrip(t *testing.T) {
 		t.Fatalf("labels: %+v", got)
 	}
 	patched.Label, stock.Label = got[0].Label, got[1].Label
-	wantXML, err := JUnit(patched, stock)
+	wantXML, err := report.JUnit(patched, stock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gotXML, err := JUnit(got...)
+	gotXML, err := report.JUnit(got...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(gotXML, wantXML) {
-		t.Errorf("JUnit after the round trip:\n%s\nwant\n%s", gotXML, wantXML)
+		t.Errorf("report.JUnit after the round trip:\n%s\nwant\n%s", gotXML, wantXML)
 	}
 	var gotTable, wantTable bytes.Buffer
-	WriteTable(&gotTable, got...)
-	WriteTable(&wantTable, patched, stock)
+	report.WriteTable(&gotTable, got...)
+	report.WriteTable(&wantTable, patched, stock)
 	if gotTable.String() != wantTable.String() {
 		t.Errorf("table after the round trip:\n%s\nwant\n%s", gotTable.String(), wantTable.String())
 	}
-	for i, want := range [][]Status{{Pass, Pass, Pass, Skip, Fail}, {ExpectedFail, UnexpectedPass, Pass, Pass}} {
-		var statuses []Status
+	for i, want := range [][]verdict.Status{{verdict.Pass, verdict.Pass, verdict.Pass, verdict.Skip, verdict.Fail}, {verdict.ExpectedFail, verdict.UnexpectedPass, verdict.Pass, verdict.Pass}} {
+		var statuses []verdict.Status
 		for _, tt := range got[i].Tests {
 			statuses = append(statuses, tt.Status)
 		}
@@ -333,8 +339,8 @@ func TestJobResultsRoundTrip(t *testing.T) {
 
 func TestMergeJobs(t *testing.T) {
 	dir := t.TempDir()
-	pass := func(label string) *Result {
-		return &Result{Label: label, Tests: []*Test{{Package: testPkg, Name: "TestPlain", Status: Pass, Action: "pass", Leaf: true}}}
+	pass := func(label string) *verdict.Result {
+		return &verdict.Result{Label: label, Tests: []*verdict.Test{{Package: testPkg, Name: "TestPlain", Status: verdict.Pass, Action: "pass", Leaf: true}}}
 	}
 	writeJob(t, dir, "good", pass("patched"), pass("stock"))
 	patched, stock := pairResults()
@@ -349,11 +355,11 @@ func TestMergeJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m := MergeJobs(dir, []Job{{ID: "good"}})
+	m := Merge(dir, []Job{{ID: "good"}})
 	if !m.OK() || len(m.Results) != 2 {
 		t.Errorf("one passing job: %+v", m)
 	}
-	m = MergeJobs(dir, []Job{{ID: "good"}, {ID: "bad"}, {ID: "absent"}, {ID: "single"}, {ID: "truncated"}, {ID: "nojson"}})
+	m = Merge(dir, []Job{{ID: "good"}, {ID: "bad"}, {ID: "absent"}, {ID: "single"}, {ID: "truncated"}, {ID: "nojson"}})
 	if m.OK() {
 		t.Fatal("merge with failed and missing jobs passed")
 	}
@@ -389,7 +395,7 @@ func TestReadJobs(t *testing.T) {
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if jobs, err := ReadJobs(p); err == nil {
+		if jobs, err := Read(p); err == nil {
 			t.Errorf("%s: got %+v, want an error", name, jobs)
 		}
 	}
@@ -397,7 +403,7 @@ func TestReadJobs(t *testing.T) {
 	if err := os.WriteFile(p, []byte(`[{"id":"6.1-default-ext4-semantics","suite":"semantics"}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := ReadJobs(p)
+	jobs, err := Read(p)
 	if err != nil || len(jobs) != 1 || jobs[0].Suite != "semantics" {
 		t.Errorf("ok.json: %+v, %v", jobs, err)
 	}

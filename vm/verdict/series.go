@@ -1,4 +1,4 @@
-package vm
+package verdict
 
 import (
 	"fmt"
@@ -54,7 +54,7 @@ func (r *Result) CheckProofs(subjects map[string]string) {
 		for _, p := range t.Proves {
 			if _, ok := subjects[p]; !ok {
 				r.Problems = append(r.Problems, fmt.Sprintf(
-					"%s %s proves %q, which is not the subject of any patch in the series", suiteName(t.Package), t.Name, p))
+					"%s %s proves %q, which is not the subject of any patch in the series", SuiteName(t.Package), t.Name, p))
 			}
 		}
 	}

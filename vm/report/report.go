@@ -1,4 +1,7 @@
-package vm
+// Package report writes judged runs out: a table a person reads, go test
+// -json events and a JUnit report for CI, and reads a JUnit report back
+// when the runs of several CI jobs are merged.
+package report
 
 import (
 	"encoding/json"
@@ -8,6 +11,9 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
 // WriteTable prints the summary of one or more runs: kernel, suite,
@@ -16,11 +22,11 @@ import (
 // the passed ones, so a reader sees that the keeps tests pass on both
 // kernels and the proofs pass on the patched one (on the stock kernel the
 // proofs are the expected failures).
-func WriteTable(w io.Writer, results ...*Result) {
+func WriteTable(w io.Writer, results ...*verdict.Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "kernel\tsuite\tfs\tpassed\tfailed\tproves\tkeeps\texpected-fail\tskipped\ttime\t")
 	for _, r := range results {
-		for _, row := range Summarize(r.Tests) {
+		for _, row := range verdict.Summarize(r.Tests) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.1fs\t\n", r.Label, row.Suite, row.FS,
 				row.Passed, row.Failed, row.Proves, row.Keeps, row.Expected, row.Skips, row.Seconds)
 		}
@@ -28,19 +34,19 @@ func WriteTable(w io.Writer, results ...*Result) {
 	tw.Flush()
 	for _, r := range results {
 		for _, t := range r.Tests {
-			if !t.Leaf && t.Status == Fail {
+			if !t.Leaf && t.Status == verdict.Fail {
 				continue // its failing subtests are listed
 			}
 			switch t.Status {
-			case Fail:
+			case verdict.Fail:
 				kind := ""
-				if t.Kind == Kept {
+				if t.Kind == verdict.Kept {
 					kind = " (a keeps test: it must pass on every kernel)"
 				}
-				fmt.Fprintf(w, "\nFAIL [%s] %s %s%s\n%s", r.Label, suiteName(t.Package), t.Name, kind, indent(t.Output))
-			case UnexpectedPass:
+				fmt.Fprintf(w, "\nFAIL [%s] %s %s%s\n%s", r.Label, verdict.SuiteName(t.Package), t.Name, kind, indent(t.Output))
+			case verdict.UnexpectedPass:
 				fmt.Fprintf(w, "\nFAIL [%s] %s %s: proves %q but passes on the stock kernel\n",
-					r.Label, suiteName(t.Package), t.Name, strings.Join(t.Proves, "; "))
+					r.Label, verdict.SuiteName(t.Package), t.Name, strings.Join(t.Proves, "; "))
 			}
 		}
 		for _, p := range r.Problems {
@@ -71,7 +77,7 @@ func indent(s string) string {
 
 // WriteJSON writes every run's go test -json events, one per line, with the
 // kernel label prefixed to the package so runs stay apart.
-func WriteJSON(path string, results ...*Result) error {
+func WriteJSON(path string, results ...*verdict.Result) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -121,7 +127,7 @@ type junitFailure struct {
 // per leaf test, and a "harness" case per run-level problem. The classname
 // of a proof or keeps test ends in ".proves" or ".keeps", so a CI can tell
 // the kinds apart in any JUnit schema.
-func JUnit(results ...*Result) ([]byte, error) {
+func JUnit(results ...*verdict.Result) ([]byte, error) {
 	var doc junitSuites
 	for _, r := range results {
 		suites := map[string]*junitSuite{}
@@ -139,20 +145,20 @@ func JUnit(results ...*Result) ([]byte, error) {
 			if !t.Leaf {
 				continue
 			}
-			s := suite(r.Label + "/" + suiteName(t.Package))
+			s := suite(r.Label + "/" + verdict.SuiteName(t.Package))
 			c := junitCase{Name: t.Name, Classname: s.Name, Time: t.Elapsed}
-			if t.Kind != Plain {
+			if t.Kind != verdict.Plain {
 				c.Classname += "." + string(t.Kind)
 			}
 			switch t.Status {
-			case Fail:
+			case verdict.Fail:
 				c.Failure = &junitFailure{Message: "test failed", Body: t.Output}
-			case UnexpectedPass:
-				c.Failure = &junitFailure{Message: "proof test passes on the stock kernel", Body: t.Output}
-			case Skip:
+			case verdict.UnexpectedPass:
+				c.Failure = &junitFailure{Message: junitUnexpectedPass, Body: t.Output}
+			case verdict.Skip:
 				c.Skipped = &struct{}{}
-			case ExpectedFail:
-				c.SystemOut = "fails on the stock kernel as its proof requires\n" + t.Output
+			case verdict.ExpectedFail:
+				c.SystemOut = junitExpectedFail + t.Output
 			}
 			s.Tests++
 			if c.Failure != nil {
@@ -165,12 +171,12 @@ func JUnit(results ...*Result) ([]byte, error) {
 			s.Cases = append(s.Cases, c)
 		}
 		for i, p := range r.Problems {
-			s := suite(r.Label + "/harness")
+			s := suite(r.Label + "/" + junitHarnessSuite)
 			s.Tests++
 			s.Failures++
 			first, _, _ := strings.Cut(p, "\n")
 			s.Cases = append(s.Cases, junitCase{
-				Name: fmt.Sprintf("problem-%d", i+1), Classname: s.Name,
+				Name: fmt.Sprintf("%s%d", junitProblemPrefix, i+1), Classname: s.Name,
 				Failure: &junitFailure{Message: first, Body: p},
 			})
 		}
@@ -186,7 +192,7 @@ func JUnit(results ...*Result) ([]byte, error) {
 }
 
 // WriteJUnit writes the JUnit report of results to path.
-func WriteJUnit(path string, results ...*Result) error {
+func WriteJUnit(path string, results ...*verdict.Result) error {
 	b, err := JUnit(results...)
 	if err != nil {
 		return err
@@ -195,4 +201,82 @@ func WriteJUnit(path string, results ...*Result) error {
 		return fmt.Errorf("write JUnit report: %w", err)
 	}
 	return nil
+}
+
+// What JUnit writes for the statuses a JUnit case cannot name; ReadJUnit
+// reads them back.
+const (
+	junitUnexpectedPass = "proof test passes on the stock kernel"
+	junitExpectedFail   = "fails on the stock kernel as its proof requires\n"
+	junitHarnessSuite   = "harness"
+	junitProblemPrefix  = "problem-"
+)
+
+// ReadJUnit reads a report JUnit wrote back into judged runs, keyed by
+// their labels: every test's judged status and the run-level problems,
+// which go test -json events do not hold. The runs have no events.
+func ReadJUnit(data []byte) (map[string]*verdict.Result, error) {
+	var doc junitSuites
+	if err := xml.Unmarshal(data, &doc); err != nil {
+		return nil, err
+	}
+	runs := map[string]*verdict.Result{}
+	for _, s := range doc.Suites {
+		label, suite, ok := strings.Cut(s.Name, "/")
+		if !ok {
+			return nil, fmt.Errorf("suite %q is not named LABEL/SUITE", s.Name)
+		}
+		r := runs[label]
+		if r == nil {
+			r = &verdict.Result{Label: label}
+			runs[label] = r
+		}
+		for _, c := range s.Cases {
+			if suite == junitHarnessSuite && c.Classname == s.Name && strings.HasPrefix(c.Name, junitProblemPrefix) {
+				// Go test names start with Test, Benchmark, Fuzz or
+				// Example, so this is a run-level problem.
+				if c.Failure == nil {
+					return nil, fmt.Errorf("harness case %s without a failure", c.Name)
+				}
+				r.Problems = append(r.Problems, c.Failure.Body)
+				continue
+			}
+			r.Tests = append(r.Tests, testFromJUnit(s.Name, suite, c))
+		}
+	}
+	return runs, nil
+}
+
+// testFromJUnit turns a JUnit case back into the judged test JUnit made it
+// from. The package is made so that suiteName gives the suite back.
+func testFromJUnit(suiteFull, suite string, c junitCase) *verdict.Test {
+	t := &verdict.Test{Package: "/tests/guest/" + suite, Name: c.Name, Elapsed: c.Time, Leaf: true}
+	switch c.Classname {
+	case suiteFull + "." + string(verdict.Proof):
+		t.Kind = verdict.Proof
+	case suiteFull + "." + string(verdict.Kept):
+		t.Kind = verdict.Kept
+	}
+	switch {
+	case c.Failure != nil:
+		t.Action, t.Status, t.Output = "fail", verdict.Fail, c.Failure.Body
+		if c.Failure.Message == junitUnexpectedPass {
+			t.Action, t.Status = "pass", verdict.UnexpectedPass
+		}
+	case c.Skipped != nil:
+		t.Action, t.Status = "skip", verdict.Skip
+	case strings.HasPrefix(c.SystemOut, junitExpectedFail):
+		t.Action, t.Status, t.Output = "fail", verdict.ExpectedFail, strings.TrimPrefix(c.SystemOut, junitExpectedFail)
+	default:
+		t.Action, t.Status = "pass", verdict.Pass
+	}
+	for _, line := range strings.Split(t.Output, "\n") {
+		if i := strings.Index(line, guestproto.ProofMarker); i >= 0 {
+			t.Proves = append(t.Proves, strings.TrimSpace(line[i+len(guestproto.ProofMarker):]))
+		}
+		if i := strings.Index(line, guestproto.KeepsMarker); i >= 0 {
+			t.Keeps = append(t.Keeps, strings.TrimSpace(line[i+len(guestproto.KeepsMarker):]))
+		}
+	}
+	return t
 }

@@ -1,4 +1,4 @@
-package vm
+package verdict
 
 import (
 	"fmt"
@@ -129,4 +129,41 @@ func orNone(test string) string {
 		return "no test"
 	}
 	return test
+}
+
+// FindNewSplats finds the reports in lines that are not among known, and
+// each of them once: the same report read from the serial console and
+// from the kernel log counts once.
+func FindNewSplats(known []Splat, lines []string) []Splat {
+	seen := map[string]bool{}
+	for _, s := range known {
+		seen[splatKey(s)] = true
+	}
+	var found []Splat
+	for _, s := range FindSplats(lines) {
+		if k := splatKey(s); !seen[k] {
+			seen[k] = true
+			found = append(found, s)
+		}
+	}
+	return found
+}
+
+// splatKey identifies a report by its kind and first line, without the
+// timestamp, which the serial console and the kernel log print apart.
+func splatKey(s Splat) string {
+	first := s.Excerpt[0]
+	if i := strings.Index(first, "] "); i >= 0 && strings.HasPrefix(strings.TrimSpace(first), "[") {
+		first = first[i+2:]
+	}
+	return s.Kind + "\x00" + first
+}
+
+// Tail quotes the last n of lines, indented, the way problems quote a
+// console.
+func Tail(lines []string, n int) string {
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "    " + strings.Join(lines, "\n    ")
 }
