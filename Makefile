@@ -114,6 +114,21 @@ guest-test: ## ovlvm test: the guest suite on both kernels, proofs and keeps jud
 	@mkdir -p $(OUT)
 	$(OVLVM) test $(GUEST_FLAGS) -junit $(OUT)/junit-guest.xml -json $(OUT)/guest.json
 
+# The store as a containerd snapshotter (snapshotter/ and its guest tests
+# in tests/guest/snapshotter: modules of their own, which ./... and
+# ./tests/guest/... leave out): vet, staticcheck and host tests of both,
+# then containerd's own snapshotter suite on tmpfs, ext4, xfs and btrfs
+# on both kernels. See Documentation/snapshotter.rst and testing.rst.
+SNAPSHOTTER_LINT = GOWORK=$$PWD/go.work go vet -tags ovlkit_guest ./... \
+	&& GOWORK=$$PWD/go.work go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags ovlkit_guest ./...
+.PHONY: snapshotter-test
+snapshotter-test: deps kernel ## the containerd snapshotter: its host tests, then containerd's suite in the guest on both kernels
+	@mkdir -p $(OUT)
+	cd snapshotter && $(SNAPSHOTTER_LINT) && GOWORK=$$PWD/go.work go test -count=1 ./...
+	cd tests/guest/snapshotter && $(SNAPSHOTTER_LINT)
+	$(OVLVM) test -pkg ./tests/guest/snapshotter -fs ext4,xfs,btrfs -mem 1024 \
+		-junit $(OUT)/junit-snapshotter.xml -json $(OUT)/guest-snapshotter.json
+
 # The debug run: stock and patched built with kconfig/debug.config (KASAN,
 # UBSAN, lockdep, KFENCE, DEBUG_OBJECTS, failslab; build directories of
 # their own), kconfigcheck listing every debug symbol that survived, then
