@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -365,5 +366,39 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A writable hold under Options.Volatile is a volatile mount: the spec
+// says so, and the boot is recorded on the layer before the spec is
+// handed out, so that the layer is refused after a reboot as Get's are.
+func TestAcquireVolatile(t *testing.T) {
+	ctx := context.Background()
+	s := openWith(t, t.TempDir(), Options{Volatile: true})
+	must(t, s.Create(ctx, "img", ""))
+	must(t, s.CreateReadWrite(ctx, "ctr", "img"))
+	spec, err := s.Acquire(ctx, "ctr", "runtime")
+	must(t, err)
+	if !slices.Contains(spec.Options, "volatile") {
+		t.Errorf("volatile store's writable spec %q", spec.Options)
+	}
+	var buf [128]byte
+	n, err := unix.Lgetxattr(s.layerDir("ctr"), s.xattrName(volatileXattr), buf[:])
+	must(t, err)
+	if string(buf[:n]) != s.boot {
+		t.Errorf("recorded boot %q, this boot %q", buf[:n], s.boot)
+	}
+	// A mark left by the kernel in another boot: the layer is refused.
+	must(t, s.Release(ctx, "ctr", "runtime"))
+	must(t, os.MkdirAll(filepath.Join(s.workDir("ctr"), "work", "incompat", "volatile"), 0o700))
+	must(t, unix.Lsetxattr(s.layerDir("ctr"), s.xattrName(volatileXattr), []byte("another-boot"), 0))
+	if _, err := s.Acquire(ctx, "ctr", "runtime"); !errors.Is(err, ErrVolatileLost) {
+		t.Errorf("acquire after a volatile mount of another boot: %v, want ErrVolatileLost", err)
+	}
+	// Read-only specs never carry it.
+	v, err := s.View(ctx, "img", "reader")
+	must(t, err)
+	if slices.Contains(v.Options, "volatile") {
+		t.Errorf("view %q is volatile", v.Options)
 	}
 }
