@@ -172,14 +172,14 @@ func BenchmarkPrepareMountRemove(b *testing.B) {
 	})
 }
 
-// Unpacking an image of five layers of 500 files each (with a whiteout
+// Unpacking an image of five layers of 200 files each (with a whiteout
 // and an opaque directory per layer above the first) through the
 // snapshotter, then removing it untimed.
 func BenchmarkUnpack(b *testing.B) {
 	ctx := context.Background()
 	layers := make([][]byte, 5)
 	for i := range layers {
-		layers[i] = layerTar(b, i, 500)
+		layers[i] = layerTar(b, i, 200)
 	}
 	benchFS(b, func(b *testing.B, sn snapshots.Snapshotter, _ string) {
 		for i := 0; i < b.N; i++ {
