@@ -164,7 +164,7 @@ func TestFormat(t *testing.T) {
 		{Num(1234.4), "1234"}, {Num(12.34), "12.3"}, {Num(1.234), "1.23"}, {Num(0.01234), "0.0123"},
 		{Spread(Summary{N: 5, Median: 2, Min: 1, Max: 3}), "2.00 (1.00–3.00)"},
 		{Spread(Summary{N: 5, Median: 2, Min: 2, Max: 2}), "2.00"},
-		{Bytes(4096), "4 KiB"}, {Bytes(64 << 20), "64 MiB"}, {Bytes(10), "10 B"},
+		{Bytes(4096), "4 KiB"}, {Bytes(1462272), "1.395 MiB"}, {Bytes(64 << 20), "64 MiB"}, {Bytes(10), "10 B"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)
@@ -206,6 +206,11 @@ func TestCopyTreeAndReadTree(t *testing.T) {
 	if err := os.Symlink("../big", filepath.Join(src, "a", "b", "link")); err != nil {
 		t.Fatal(err)
 	}
+	// Special files take the Mknod path that overlay whiteouts (character
+	// devices 0:0) take; a FIFO needs no privilege.
+	if err := syscall.Mkfifo(filepath.Join(src, "a", "fifo"), 0o640); err != nil {
+		t.Fatal(err)
+	}
 	dst := filepath.Join(t.TempDir(), "dst")
 	if err := CopyTree(src, dst); err != nil {
 		t.Fatal(err)
@@ -224,6 +229,9 @@ func TestCopyTreeAndReadTree(t *testing.T) {
 	}
 	if l, err := os.Readlink(filepath.Join(dst, "a", "b", "link")); err != nil || l != "../big" {
 		t.Errorf("symlink: %q, %v", l, err)
+	}
+	if st, err := os.Lstat(filepath.Join(dst, "a", "fifo")); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("fifo: %v, %v", st, err)
 	}
 	if st, err := os.Stat(filepath.Join(dst, "a")); err != nil || st.Mode().Perm() != 0o750 {
 		t.Errorf("dir mode: %v, %v", st, err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -19,8 +20,8 @@ import (
 // CopyTree copies the tree src to dst (which must not exist) as a plain
 // copy: new inodes, the data read and written (no hard links or clones:
 // io.Copy's copy_file_range makes a real copy on ext4, where the
-// experiments use it), modes kept; symlinks and device nodes (overlay
-// whiteouts) recreated.
+// experiments use it), modes kept; symlinks, FIFOs and device nodes
+// (overlay whiteouts) recreated.
 func CopyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -53,8 +54,8 @@ func CopyTree(src, dst string) error {
 			if err := os.Symlink(link, target); err != nil {
 				return fmt.Errorf("copy tree: %w", err)
 			}
-		case mode&fs.ModeDevice != 0:
-			st, ok := info.Sys().(*unix.Stat_t)
+		case mode&(fs.ModeDevice|fs.ModeNamedPipe) != 0:
+			st, ok := info.Sys().(*syscall.Stat_t)
 			if !ok {
 				return fmt.Errorf("copy tree: %s: no device number", path)
 			}

@@ -90,9 +90,9 @@ func Spread(s Summary) string {
 func Bytes(v float64) string {
 	switch {
 	case v >= 1<<20:
-		return fmt.Sprintf("%g MiB", v/(1<<20))
+		return fmt.Sprintf("%.4g MiB", v/(1<<20))
 	case v >= 1<<10:
-		return fmt.Sprintf("%g KiB", v/(1<<10))
+		return fmt.Sprintf("%.4g KiB", v/(1<<10))
 	default:
 		return fmt.Sprintf("%g B", v)
 	}
