@@ -18,6 +18,9 @@ type chart struct {
 	title, xLabel, yLabel string
 	logX, logY            bool
 	series                []series
+	// xTick, when set, puts a tick at every parameter of the data,
+	// labelled by it, instead of the axis' own ticks.
+	xTick func(float64) string
 }
 
 type series struct {
@@ -79,7 +82,28 @@ func (c chart) save(path string) error {
 		p.Add(line, points, bars)
 		p.Legend.Add(s.name, line, points)
 	}
-	if err := p.Save(16*vg.Centimeter, 10*vg.Centimeter, path); err != nil {
+	// Room above the data for the legend, which sits in the top left.
+	lines := float64(len(c.series)) + 1
+	if c.logY {
+		p.Y.Max *= math.Pow(10, 0.12*lines*math.Log10(p.Y.Max/p.Y.Min))
+	} else {
+		p.Y.Min = min(p.Y.Min, 0)
+		p.Y.Max += 0.12 * lines * (p.Y.Max - p.Y.Min)
+	}
+	if c.xTick != nil {
+		seen := map[float64]bool{}
+		var ticks []plot.Tick
+		for _, s := range c.series {
+			for _, pt := range s.points {
+				if !seen[pt.X] {
+					seen[pt.X] = true
+					ticks = append(ticks, plot.Tick{Value: pt.X, Label: c.xTick(pt.X)})
+				}
+			}
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	}
+	if err := p.Save(16*vg.Centimeter, 12*vg.Centimeter, path); err != nil {
 		return fmt.Errorf("save plot %s: %w", path, err)
 	}
 	return nil

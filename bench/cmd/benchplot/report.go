@@ -210,7 +210,7 @@ func (r *Report) createDestroy() error {
 	}
 	r.charts["bench-createdestroy.png"] = chart{
 		title: "Create+mount+unmount+remove, per container", xLabel: "containers N", yLabel: "ms per container (median, min–max)",
-		logX: true, logY: true, series: r.seriesOf(exp, "cycle_ms", isRatio),
+		logX: true, logY: true, xTick: count, series: r.seriesOf(exp, "cycle_ms", isRatio),
 	}
 	return nil
 }
@@ -238,6 +238,7 @@ func (r *Report) pageCache() error {
 	}
 	r.charts["bench-pagecache.png"] = chart{
 		title: "Page cache after N containers read the same data", xLabel: "containers N", yLabel: "growth of Cached, MiB (median, min–max)",
+		xTick:  count,
 		series: r.seriesOf(exp, "cached_mib", isRatio),
 	}
 	return nil
@@ -299,8 +300,8 @@ func (r *Report) copyUp() error {
 		}
 	}
 	r.charts["bench-copyup.png"] = chart{
-		title: "First write to a lower file", xLabel: "file size, bytes", yLabel: "MB/s of the file size (median, min–max)",
-		logX: true, logY: true,
+		title: "First write to a lower file", xLabel: "file size", yLabel: "MB/s of the file size (median, min–max)",
+		logX: true, logY: true, xTick: ex.Bytes,
 		series: r.seriesOf(exp, "mb_per_s", func(cs string) bool { return isRatio(cs) || strings.HasSuffix(cs, "-tree") }),
 	}
 	return nil
