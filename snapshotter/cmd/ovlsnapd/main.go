@@ -78,27 +78,37 @@ func run(args []string) error {
 	}
 	defer sn.Close()
 
-	if err := os.MkdirAll(filepath.Dir(*address), 0o700); err != nil {
-		return fmt.Errorf("socket directory: %w", err)
-	}
-	if err := os.Remove(*address); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket: %w", err)
-	}
-	l, err := net.Listen("unix", *address)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	defer os.Remove(*address)
-	rpc := grpc.NewServer()
-	snapshotsapi.RegisterSnapshotsServer(rpc, snapshotservice.FromSnapshotter(sn))
 	st, err := sn.Store().Status()
 	if err != nil {
 		return err
 	}
-	log.Info("ovlsnapd serving", "address", *address, "root", *root, "backing_fs", st.BackingFS,
+	log.Info("ovlsnapd starting", "address", *address, "root", *root, "backing_fs", st.BackingFS,
 		"mount_options", strings.Join(st.MountOpts, ","), "missing", strings.Join(st.Missing, "; "))
+	return serve(ctx, sn, *address, nil)
+}
+
+// serve serves sn on the unix socket address until ctx ends, replacing a
+// socket left by an earlier run; ready, when set, is called once it
+// listens.
+func serve(ctx context.Context, sn *snapshotter.Snapshotter, address string, ready func()) error {
+	if err := os.MkdirAll(filepath.Dir(address), 0o700); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if err := os.Remove(address); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	l, err := net.Listen("unix", address)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer os.Remove(address)
+	rpc := grpc.NewServer()
+	snapshotsapi.RegisterSnapshotsServer(rpc, snapshotservice.FromSnapshotter(sn))
 	errc := make(chan error, 1)
 	go func() { errc <- rpc.Serve(l) }()
+	if ready != nil {
+		ready()
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
