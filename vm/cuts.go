@@ -252,72 +252,32 @@ func (c *CutsConfig) boot(ctx context.Context, n int, seed uint64, run bool, ini
 		lastOp: map[string]string{}, fsck: map[string]string{}}
 	sock := filepath.Join(c.WorkDir, "cuts.sock")
 	os.Remove(sock)
-	resultsPath := filepath.Join(c.WorkDir, fmt.Sprintf("results-%d.txt", n))
-	var qargs []string
-	for i, fs := range c.Filesystems {
-		qargs = append(qargs, diskArgs(i, fs, disks[fs])...)
-	}
-	qargs = append(qargs,
-		"-m", fmt.Sprint(c.MemoryMB),
-		"-no-reboot",
-		"-device", "virtio-serial-pci",
-		"-chardev", "file,id=results,path="+resultsPath,
-		"-device", "virtconsole,chardev=results",
+	resultsPath := resultsFile(c.WorkDir, fmt.Sprintf("results-%d.txt", n))
+	qargs := c.qemuArgs(disks, resultsPath,
 		// wait=on: the guest does not start before the host listens.
 		"-chardev", "socket,id=cuts,path="+sock+",server=on,wait=on",
 		"-device", "virtserialport,chardev=cuts,name="+CutPort,
 	)
-	qargs = append(qargs, c.Accel.qemuArgs()...)
-	kargs, err := c.kernelArgs()
+	serialPath := filepath.Join(c.WorkDir, fmt.Sprintf("serial-%d.log", n))
+	m, err := c.startMachine(ctx, initrd, serialPath, qargs, nil)
 	if err != nil {
 		return nil, err
-	}
-	serialFile, err := os.Create(filepath.Join(c.WorkDir, fmt.Sprintf("serial-%d.log", n)))
-	if err != nil {
-		return nil, err
-	}
-	defer serialFile.Close()
-	lines := &lineCollector{start: time.Now()}
-	pr, pw := io.Pipe()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		lines.consume(pr, serialFile, c.Console)
-	}()
-	start := time.Now()
-	m, err := qemu.StartContext(ctx, qemu.ArchAMD64,
-		qemu.WithQEMUCommand(c.QEMU),
-		qemu.WithKernel(c.Kernel),
-		qemu.WithInitramfs(initrd),
-		qemu.WithAppendKernel(kargs...),
-		qemu.ArbitraryArgs(qargs...),
-		qemu.WithVMTimeout(c.Timeout),
-		qemu.WithSerialOutput(pw),
-	)
-	if err != nil {
-		pw.Close()
-		wg.Wait()
-		return nil, fmt.Errorf("start qemu: %w", err)
 	}
 	exited := make(chan struct{})
 	var waitErr error
 	go func() {
-		waitErr = m.Wait()
-		pw.Close()
+		out.seconds, waitErr = m.wait()
 		close(exited)
 	}()
 	conn, err := dialPort(sock, exited)
 	if err != nil {
 		out.problems = append(out.problems, err.Error())
 	} else {
-		c.converse(conn, m, seed, n, run, disks, out)
+		c.converse(conn, m.vm, seed, n, run, disks, out)
 		conn.Close()
 	}
 	<-exited
-	wg.Wait()
-	out.seconds = time.Since(start).Seconds()
-	console := lines.all()
+	console := m.console()
 	if !out.killed && waitErr != nil {
 		out.problems = append(out.problems, fmt.Sprintf("qemu: %v; last console lines:\n%s", waitErr, verdict.Tail(console, 25)))
 	}

@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hugelgupf/vmtest/qemu"
-
 	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
@@ -69,83 +67,36 @@ func Run(ctx context.Context, c Config) (*verdict.Result, error) {
 	if err := writeInitrd(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
 		return nil, err
 	}
-	var qargs []string
-	for i, fs := range c.Filesystems {
-		img, err := makeDisk(ctx, c.WorkDir, fs)
-		if err != nil {
-			return nil, err
-		}
-		// The images only matter while the guest runs; the logs stay.
-		defer os.Remove(img)
-		qargs = append(qargs, diskArgs(i, fs, img)...)
-	}
 	defer os.Remove(initrd)
-	resultsPath := filepath.Join(c.WorkDir, "results.txt")
-	_ = os.Remove(resultsPath)
-	qargs = append(qargs,
-		"-m", fmt.Sprint(c.MemoryMB),
-		"-no-reboot",
-		"-device", "virtio-serial-pci",
-		"-chardev", "file,id=results,path="+resultsPath,
-		"-device", "virtconsole,chardev=results",
-	)
-	qargs = append(qargs, c.Accel.qemuArgs()...)
-
-	kargs, err := c.kernelArgs()
+	// The images only matter while the guest runs; the logs stay.
+	disks, err := c.makeDisks(ctx)
 	if err != nil {
 		return nil, err
 	}
-
+	defer removeDisks(disks)
+	resultsPath := resultsFile(c.WorkDir, "results.txt")
 	serialPath := filepath.Join(c.WorkDir, "serial.log")
-	serialFile, err := os.Create(serialPath)
-	if err != nil {
-		return nil, err
-	}
-	defer serialFile.Close()
-	lines := &lineCollector{progress: c.progress, start: time.Now()}
-	pr, pw := io.Pipe()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		lines.consume(pr, serialFile, c.Console)
-	}()
 
 	c.progress("boot %s (%s, %d MiB, disks: %s)", filepath.Base(c.Kernel), c.Accel, c.MemoryMB,
 		strings.Join(append([]string{"tmpfs"}, c.Filesystems...), ","))
-	start := time.Now()
-	vm, err := qemu.StartContext(ctx, qemu.ArchAMD64,
-		qemu.WithQEMUCommand(c.QEMU),
-		qemu.WithKernel(c.Kernel),
-		qemu.WithInitramfs(initrd),
-		qemu.WithAppendKernel(kargs...),
-		qemu.ArbitraryArgs(qargs...),
-		qemu.WithVMTimeout(c.Timeout),
-		qemu.WithSerialOutput(pw),
-	)
+	m, err := c.startMachine(ctx, initrd, serialPath, c.qemuArgs(disks, resultsPath), c.progress)
 	if err != nil {
-		pw.Close()
-		wg.Wait()
-		return nil, fmt.Errorf("start qemu: %w", err)
+		return nil, err
 	}
-	waitErr := vm.Wait()
-	pw.Close()
-	wg.Wait()
-	res := &verdict.Result{Label: c.Label, Serial: serialPath, Seconds: time.Since(start).Seconds()}
+	seconds, waitErr := m.wait()
+	res := &verdict.Result{Label: c.Label, Serial: serialPath, Seconds: seconds}
 	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) || res.Seconds >= c.Timeout.Seconds()
 	switch {
 	case timedOut:
 		res.Problems = append(res.Problems, fmt.Sprintf(
-			"guest did not finish within %s; last console lines:\n%s", c.Timeout, lines.tail(25)))
+			"guest did not finish within %s; last console lines:\n%s", c.Timeout, m.lines.tail(25)))
 	case waitErr != nil:
-		res.Problems = append(res.Problems, fmt.Sprintf("qemu failed: %v; last console lines:\n%s", waitErr, lines.tail(25)))
+		res.Problems = append(res.Problems, fmt.Sprintf("qemu failed: %v; last console lines:\n%s", waitErr, m.lines.tail(25)))
 	}
 	c.progress("guest exited after %.1fs", res.Seconds)
 
-	if err := res.JudgeGuest(resultsPath, lines.all(), verdict.Judging{GoBin: c.GoBin, Stock: c.Stock, ExpectTests: len(c.Packages) > 0}); err != nil {
-		return res, err
-	}
-	return res, nil
+	err = res.JudgeGuest(resultsPath, m.console(), verdict.Judging{GoBin: c.GoBin, Stock: c.Stock, ExpectTests: len(c.Packages) > 0})
+	return res, err
 }
 
 // kernelArgs is the guest kernel's command line: the console, a panic
