@@ -38,3 +38,19 @@ func TestQEMUArgs(t *testing.T) {
 		t.Errorf("QEMU arguments\n%s\nwant\n%s", got, want)
 	}
 }
+
+func TestXfstestsQEMUArgs(t *testing.T) {
+	c := XfstestsConfig{Kernel: "/k/bzImage", Image: "/c/root.img", Accel: KVM, MemoryMB: 2048}
+	got := strings.Join(c.qemuArgs(xfstestsDisks{test: "/w/t.img", scratch: "/w/s.img", control: "/w/c.img"}), " ")
+	want := "-nodefaults -display none -serial stdio -no-reboot -m 2048 -kernel /k/bzImage " +
+		"-append console=ttyS0 root=/dev/vda rw rootfstype=ext4 init=/sbin/ovlkit-xfstests-init panic=-1 printk.devkmsg=on tsc=reliable " +
+		// The root disk first, so that it is vda, and never written.
+		"-drive file=/c/root.img,if=none,id=root,format=raw,snapshot=on,cache=unsafe -device virtio-blk-pci,drive=root,serial=ovlkit-root " +
+		"-drive file=/w/t.img,if=none,id=xtest,format=raw,cache=unsafe -device virtio-blk-pci,drive=xtest,serial=ovlkit-xfstest " +
+		"-drive file=/w/s.img,if=none,id=xscratch,format=raw,cache=unsafe -device virtio-blk-pci,drive=xscratch,serial=ovlkit-xfscratch " +
+		"-drive file=/w/c.img,if=none,id=xctl,format=raw,cache=unsafe -device virtio-blk-pci,drive=xctl,serial=ovlkit-control " +
+		"-accel kvm -cpu host"
+	if got != want {
+		t.Errorf("QEMU arguments\n%s\nwant\n%s", got, want)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/ovlkit/ovlkit/vm/verdict"
@@ -113,41 +112,97 @@ func (c *XfstestsConfig) progress(format string, args ...any) {
 // the results back. An error means the run could not be set up or its
 // results not read; what happened in the guest is in the result.
 func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error) {
-	if c.FS != "ext4" && c.FS != "xfs" {
-		return nil, fmt.Errorf("xfstests base filesystem %q: want ext4 or xfs", c.FS)
-	}
-	for _, f := range []string{c.Kernel, c.Image} {
-		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("xfstests guest: %w", err)
-		}
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(c.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
-	for _, a := range c.Check {
-		if strings.ContainsAny(a, " \t\n'\"$`\\") {
-			return nil, fmt.Errorf("check argument %q: no spaces, quotes or shell characters", a)
+	d, err := c.makeDisks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(d.test)
+	defer os.Remove(d.scratch)
+	serialPath := filepath.Join(c.WorkDir, "serial.log")
+	c.progress("boot %s on the xfstests image (%s, %d MiB, base %s, ./check -overlay %s)",
+		filepath.Base(c.Kernel), c.Accel, c.MemoryMB, c.FS, strings.Join(c.Check, " "))
+	b, err := c.boot(ctx, c.qemuArgs(d), serialPath)
+	if err != nil {
+		return nil, err
+	}
+	res := &XfstestsResult{Label: c.Label, FS: c.FS, Serial: serialPath, Seconds: b.seconds}
+	switch {
+	case b.timedOut:
+		res.Problems = append(res.Problems, fmt.Sprintf("guest did not finish within %s; last console lines:\n%s",
+			c.Timeout, verdict.Tail(b.console, 25)))
+	case b.err != nil:
+		res.Problems = append(res.Problems, fmt.Sprintf("qemu failed: %v: %s; last console lines:\n%s",
+			b.err, b.stderr, verdict.Tail(b.console, 25)))
+	}
+	c.progress("guest exited after %.1fs", res.Seconds)
+	res.readConsole(b.console)
+	res.Results = filepath.Join(c.WorkDir, "results")
+	if err := readControlResults(ctx, d.control, res.Results); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("reading the results disk: %v", err))
+	} else {
+		_ = os.Remove(d.control)
+	}
+	if err := res.readResults(b.console); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (c *XfstestsConfig) validate() error {
+	if c.FS != "ext4" && c.FS != "xfs" {
+		return fmt.Errorf("xfstests base filesystem %q: want ext4 or xfs", c.FS)
+	}
+	for _, f := range []string{c.Kernel, c.Image} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("xfstests guest: %w", err)
 		}
 	}
-	testImg, err := sizedDisk(ctx, c.WorkDir, "test", c.FS, xfstestsDiskSize)
-	if err != nil {
-		return nil, err
+	for _, a := range c.Check {
+		if strings.ContainsAny(a, " \t\n'\"$`\\") {
+			return fmt.Errorf("check argument %q: no spaces, quotes or shell characters", a)
+		}
 	}
-	defer os.Remove(testImg)
-	scratchImg, err := sizedDisk(ctx, c.WorkDir, "scratch", c.FS, xfstestsDiskSize)
-	if err != nil {
-		return nil, err
+	return nil
+}
+
+// xfstestsDisks are the images of one xfstests boot besides the root.
+type xfstestsDisks struct {
+	test, scratch, control string
+}
+
+func (c *XfstestsConfig) makeDisks(ctx context.Context) (xfstestsDisks, error) {
+	var d xfstestsDisks
+	var err error
+	if d.test, err = sizedDisk(ctx, c.WorkDir, "test", c.FS, xfstestsDiskSize); err != nil {
+		return d, err
 	}
-	defer os.Remove(scratchImg)
+	if d.scratch, err = sizedDisk(ctx, c.WorkDir, "scratch", c.FS, xfstestsDiskSize); err != nil {
+		os.Remove(d.test)
+		return d, err
+	}
 	script := c.Script
 	if script == nil {
 		script = xfstestsGuestScript
 	}
-	ctlImg, err := controlDisk(ctx, c.WorkDir, c.FS, c.Check, script, c.Env)
-	if err != nil {
-		return nil, err
+	if d.control, err = controlDisk(ctx, c.WorkDir, c.FS, c.Check, script, c.Env); err != nil {
+		os.Remove(d.test)
+		os.Remove(d.scratch)
+		return d, err
 	}
+	return d, nil
+}
 
+// qemuArgs is the whole QEMU command line of an xfstests boot. The root
+// disk comes first so that it is vda; snapshot=on keeps the guest's
+// writes in a temporary file, so the cached image stays clean and two
+// kernels can boot it at once. The other disks are found by serial.
+func (c *XfstestsConfig) qemuArgs(d xfstestsDisks) []string {
 	kargs := []string{"console=ttyS0", "root=/dev/vda", "rw", "rootfstype=ext4",
 		"init=/sbin/ovlkit-xfstests-init", "panic=-1", "printk.devkmsg=on", "tsc=reliable"}
 	if c.Accel == TCG {
@@ -155,26 +210,35 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 			kargs = append(kargs, fmt.Sprintf("tsc_early_khz=%d", khz))
 		}
 	}
-	// The root disk comes first so that it is vda; snapshot=on keeps the
-	// guest's writes in a temporary file, so the cached image stays clean
-	// and two kernels can boot it at once. The others are found by serial.
 	args := []string{"-nodefaults", "-display", "none", "-serial", "stdio", "-no-reboot",
 		"-m", fmt.Sprint(c.MemoryMB),
 		"-kernel", c.Kernel, "-append", strings.Join(kargs, " "),
 		"-drive", "file=" + c.Image + ",if=none,id=root,format=raw,snapshot=on,cache=unsafe",
 		"-device", "virtio-blk-pci,drive=root,serial=ovlkit-root"}
-	for _, d := range []struct{ id, img, serial string }{
-		{"xtest", testImg, "ovlkit-xfstest"},
-		{"xscratch", scratchImg, "ovlkit-xfscratch"},
-		{"xctl", ctlImg, "ovlkit-control"},
+	for _, disk := range []struct{ id, img, serial string }{
+		{"xtest", d.test, "ovlkit-xfstest"},
+		{"xscratch", d.scratch, "ovlkit-xfscratch"},
+		{"xctl", d.control, "ovlkit-control"},
 	} {
 		args = append(args,
-			"-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe", d.img, d.id),
-			"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,serial=%s", d.id, d.serial))
+			"-drive", fmt.Sprintf("file=%s,if=none,id=%s,format=raw,cache=unsafe", disk.img, disk.id),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=%s,serial=%s", disk.id, disk.serial))
 	}
-	args = append(args, c.Accel.qemuArgs()...)
+	return append(args, c.Accel.qemuArgs()...)
+}
 
-	serialPath := filepath.Join(c.WorkDir, "serial.log")
+// An xfstestsBoot is how the guest's run ended.
+type xfstestsBoot struct {
+	console  []string
+	seconds  float64
+	timedOut bool
+	err      error  // QEMU's exit error
+	stderr   string // QEMU's own messages
+}
+
+// boot runs QEMU with args until the guest ends or c.Timeout passes; the
+// serial console goes to serialPath and c.Console.
+func (c *XfstestsConfig) boot(ctx context.Context, args []string, serialPath string) (*xfstestsBoot, error) {
 	serial, err := os.Create(serialPath)
 	if err != nil {
 		return nil, err
@@ -183,45 +247,34 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 	runCtx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(runCtx, c.QEMU, args...)
-	cmd.Stdin = nil
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
-	c.progress("boot %s on the xfstests image (%s, %d MiB, base %s, ./check -overlay %s)",
-		filepath.Base(c.Kernel), c.Accel, c.MemoryMB, c.FS, strings.Join(c.Check, " "))
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", c.QEMU, err)
 	}
-	var console []string
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		console = c.consume(stdout, serial, start)
-	}()
-	wg.Wait()
-	waitErr := cmd.Wait()
-	res := &XfstestsResult{Label: c.Label, FS: c.FS, Serial: serialPath, Seconds: time.Since(start).Seconds()}
-	switch {
-	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
-		res.Problems = append(res.Problems, fmt.Sprintf("guest did not finish within %s; last console lines:\n%s",
-			c.Timeout, verdict.Tail(console, 25)))
-	case waitErr != nil:
-		res.Problems = append(res.Problems, fmt.Sprintf("qemu failed: %v: %s; last console lines:\n%s",
-			waitErr, strings.TrimSpace(stderr.String()), verdict.Tail(console, 25)))
-	}
-	c.progress("guest exited after %.1fs", res.Seconds)
-	res.Splats = verdict.FindSplats(console)
-	for _, s := range res.Splats {
-		res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
+	b := &xfstestsBoot{console: c.consume(stdout, serial, start)}
+	b.err = cmd.Wait()
+	b.seconds = time.Since(start).Seconds()
+	b.timedOut = errors.Is(runCtx.Err(), context.DeadlineExceeded)
+	b.stderr = strings.TrimSpace(stderr.String())
+	return b, nil
+}
+
+// readConsole takes the kernel reports, the kernel release and the
+// xfstests commit from the console. Both guest scripts start with a line
+// "ovlkit-xfstests: kernel 6.1.0, xfstests COMMIT, ..." or
+// "ovlkit-readers: kernel ...".
+func (r *XfstestsResult) readConsole(console []string) {
+	r.Splats = verdict.FindSplats(console)
+	for _, s := range r.Splats {
+		r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
 	}
 	for _, l := range console {
-		// Both guest scripts start with this line: "ovlkit-xfstests:
-		// kernel 6.1.0, xfstests COMMIT, ..." or "ovlkit-readers: kernel".
 		marker := "ovlkit-xfstests: kernel "
 		if !strings.Contains(l, marker) {
 			marker = "ovlkit-readers: kernel "
@@ -229,47 +282,44 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 		if i := strings.Index(l, marker); i >= 0 {
 			f := strings.Fields(l[i+len(marker):])
 			if len(f) > 0 {
-				res.Uname = strings.TrimSuffix(f[0], ",")
+				r.Uname = strings.TrimSuffix(f[0], ",")
 			}
 			if j := strings.Index(l, "xfstests "); j >= 0 && len(f) > 2 {
-				res.Commit = strings.TrimSuffix(f[2], ",")
+				r.Commit = strings.TrimSuffix(f[2], ",")
 			}
 		}
 	}
+}
 
-	res.Results = filepath.Join(c.WorkDir, "results")
-	if err := readControlResults(ctx, ctlImg, res.Results); err != nil {
-		res.Problems = append(res.Problems, fmt.Sprintf("reading the results disk: %v", err))
-	} else {
-		_ = os.Remove(ctlImg)
-	}
-	// The console shows only a panic's messages (xfstests_guest.sh);
-	// every other report is in the kernel log the guest copied back.
-	if kmsg, err := os.ReadFile(filepath.Join(res.Results, "dmesg.txt")); err == nil {
-		for _, s := range verdict.FindNewSplats(res.Splats, strings.Split(string(kmsg), "\n")) {
-			res.Splats = append(res.Splats, s)
-			res.Problems = append(res.Problems, fmt.Sprintf("kernel %s report in the guest's kernel log:\n%s",
+// readResults reads what the guest copied back to r.Results: its kernel
+// log (the console shows only a panic's messages, xfstests_guest.sh) and
+// check's report, or failing that the tests the console shows.
+func (r *XfstestsResult) readResults(console []string) error {
+	if kmsg, err := os.ReadFile(filepath.Join(r.Results, "dmesg.txt")); err == nil {
+		for _, s := range verdict.FindNewSplats(r.Splats, strings.Split(string(kmsg), "\n")) {
+			r.Splats = append(r.Splats, s)
+			r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report in the guest's kernel log:\n%s",
 				s.Kind, strings.Join(s.Excerpt, "\n")))
 		}
 	}
-	xml, xerr := os.ReadFile(filepath.Join(res.Results, "result.xml"))
+	xml, xerr := os.ReadFile(filepath.Join(r.Results, "result.xml"))
 	if xerr == nil {
-		res.Tests, err = parseXfstestsXunit(xml)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", filepath.Join(res.Results, "result.xml"), err)
+		var err error
+		if r.Tests, err = parseXfstestsXunit(xml); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Join(r.Results, "result.xml"), err)
 		}
 	}
-	if len(res.Tests) == 0 {
+	if len(r.Tests) == 0 {
 		// No report (the guest died mid-run): take what the console shows.
-		res.Tests = parseCheckConsole(console)
+		r.Tests = parseCheckConsole(console)
 		if xerr != nil {
-			res.Problems = append(res.Problems, "guest wrote no result.xml (check did not finish); results taken from the console")
+			r.Problems = append(r.Problems, "guest wrote no result.xml (check did not finish); results taken from the console")
 		}
 	}
-	if len(res.Tests) == 0 {
-		res.Problems = append(res.Problems, fmt.Sprintf("no xfstests test ran; last console lines:\n%s", verdict.Tail(console, 25)))
+	if len(r.Tests) == 0 {
+		r.Problems = append(r.Problems, fmt.Sprintf("no xfstests test ran; last console lines:\n%s", verdict.Tail(console, 25)))
 	}
-	return res, nil
+	return nil
 }
 
 // xfstestsLine is a line check prints when a test ends.
