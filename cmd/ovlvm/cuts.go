@@ -38,11 +38,7 @@ func cmdCuts(ctx context.Context, args []string) error {
 	if *seed == 0 {
 		*seed = 1 + rand.Uint64N(1<<31)
 	}
-	kernel, err := resolveKernel(o.top, o.kbase, *kernelName)
-	if err != nil {
-		return err
-	}
-	h, err := newHarness(ctx, o, kernel)
+	h, kernel, err := kernelHarness(ctx, o, *kernelName)
 	if err != nil {
 		return err
 	}

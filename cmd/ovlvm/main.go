@@ -161,6 +161,18 @@ type harness struct {
 	runRoot   string
 }
 
+// kernelHarness resolves the kernel named name and sets up the harness
+// that boots it.
+func kernelHarness(ctx context.Context, o options, name string) (h *harness, kernel string, err error) {
+	if kernel, err = resolveKernel(o.top, o.kbase, name); err != nil {
+		return nil, "", err
+	}
+	if h, err = newHarness(ctx, o, kernel); err != nil {
+		return nil, "", err
+	}
+	return h, kernel, nil
+}
+
 func newHarness(ctx context.Context, o options, probeKernel string) (*harness, error) {
 	h := &harness{o: o}
 	var err error

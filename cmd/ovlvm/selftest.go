@@ -103,11 +103,7 @@ func cmdSelftest(ctx context.Context, args []string) error {
 	if len(o.pkgs) == 0 {
 		o.pkgs = multiFlag{"./tests/guest/harness"}
 	}
-	kernel, err := resolveKernel(o.top, o.kbase, *kernelName)
-	if err != nil {
-		return err
-	}
-	h, err := newHarness(ctx, o, kernel)
+	h, kernel, err := kernelHarness(ctx, o, *kernelName)
 	if err != nil {
 		return err
 	}
