@@ -130,7 +130,7 @@ func (s *Store) emptyLayer(st *state, id string, r *layerRecord) (err error) {
 	if r.Parent != "" {
 		like = s.topDir(st, r.Parent)
 	}
-	stg, err := s.newLayerStage("unapply-"+id, like)
+	stg, err := s.newEmptyLayerStage("unapply-"+id, copyChain(st, r.Parent), r.Parent, like, r.RW)
 	if err != nil {
 		return err
 	}
@@ -140,17 +140,6 @@ func (s *Store) emptyLayer(st *state, id string, r *layerRecord) (err error) {
 			err = derr
 		}
 	}()
-	if err := s.layout.build(s, copyChain(st, r.Parent), r.Parent, r.RW, stg.dir, false); err != nil {
-		return err
-	}
-	if err := writeManifest(stg.dir, nil, false, s.log); err != nil {
-		return err
-	}
-	if s.sync == SyncFsync {
-		if err := syncTree(stg.dir); err != nil {
-			return err
-		}
-	}
 	return s.publish(stg, id, true)
 }
 

@@ -257,7 +257,7 @@ func (s *Store) resetLayer(ctx context.Context, id string) (err error) {
 	if err != nil {
 		return err
 	}
-	stg, err := s.newLayerStage("repair-"+id, parentTop)
+	stg, err := s.newEmptyLayerStage("repair-"+id, snapshot, rec.Parent, parentTop, rec.RW)
 	if err != nil {
 		return err
 	}
@@ -267,17 +267,6 @@ func (s *Store) resetLayer(ctx context.Context, id string) (err error) {
 			err = derr
 		}
 	}()
-	if err := s.layout.build(s, snapshot, rec.Parent, rec.RW, stg.dir, false); err != nil {
-		return err
-	}
-	if err := writeManifest(stg.dir, nil, false, s.log); err != nil {
-		return err
-	}
-	if s.sync == SyncFsync {
-		if err := syncTree(stg.dir); err != nil {
-			return err
-		}
-	}
 	return s.update(ctx, func(st *state) (bool, error) {
 		r, ok := st.Layers[id]
 		if !ok {

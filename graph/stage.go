@@ -94,6 +94,36 @@ func (ls *layerStage) populate(like string) error {
 	return os.Mkdir(filepath.Join(ls.dir, "work"), 0o700)
 }
 
+// newEmptyLayerStage stages an empty layer as Create makes it: on top of
+// parent, whose chain is in chain and whose top directory is parentTop
+// ("" for a base layer), with an empty manifest, synced under the fsync
+// policy. It replaces a layer's directory whose content must go (a
+// repair, or an apply recovery undoes) when published with exchange.
+func (s *Store) newEmptyLayerStage(prefix string, chain *state, parent, parentTop string, rw bool) (*layerStage, error) {
+	stg, err := s.newLayerStage(prefix, parentTop)
+	if err != nil {
+		return nil, err
+	}
+	if err := stg.fillEmpty(s, chain, parent, rw); err != nil {
+		logCleanup(s.log, "discard stage", stg.discard())
+		return nil, err
+	}
+	return stg, nil
+}
+
+func (ls *layerStage) fillEmpty(s *Store, chain *state, parent string, rw bool) error {
+	if err := s.layout.build(s, chain, parent, rw, ls.dir, false); err != nil {
+		return err
+	}
+	if err := writeManifest(ls.dir, nil, false, s.log); err != nil {
+		return err
+	}
+	if s.sync == SyncFsync {
+		return syncTree(ls.dir)
+	}
+	return nil
+}
+
 // diff is the staged layer's diff directory.
 func (ls *layerStage) diff() string { return filepath.Join(ls.dir, "diff") }
 
