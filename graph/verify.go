@@ -140,92 +140,130 @@ func (s *Store) VerifyAll(ctx context.Context) ([]Report, error) {
 // verifyLocked is Verify for a caller that holds the layer's lock, if it
 // has a directory.
 func (s *Store) verifyLocked(ctx context.Context, id string) (Report, error) {
-	rep := Report{Layer: id}
-	var rec layerRecord
-	var derived struct {
-		depth    int // 0: unknown (a broken chain, which Check reports)
-		children bool
+	v := &verification{s: s, rep: Report{Layer: id}}
+	depth, children, err := v.readRecord(ctx, id)
+	if err != nil {
+		return v.rep, err
 	}
-	err := s.view(ctx, func(st *state) error {
+	v.checkRecord(depth, children)
+	if !v.checkStructure() {
+		return s.finishReport(v.rep, &v.rec), nil
+	}
+	if err := v.checkContent(ctx); err != nil {
+		return v.rep, fmt.Errorf("verify %s: %w", id, err)
+	}
+	return s.finishReport(v.rep, &v.rec), nil
+}
+
+// A verification is the check of one layer against its record and its
+// manifest, as it goes.
+type verification struct {
+	s      *Store
+	rep    Report
+	rec    layerRecord
+	diffOK bool // diff/ is there
+}
+
+func (v *verification) add(kind DamageKind, path string, derivable bool, f string, a ...any) {
+	v.rep.Damage = append(v.rep.Damage, Damage{Kind: kind, Path: path, What: fmt.Sprintf(f, a...), Derivable: derivable})
+}
+
+// readRecord copies the layer's record, and returns the depth its chain
+// gives it (0 for a broken chain, which Check reports) and whether it has
+// children.
+func (v *verification) readRecord(ctx context.Context, id string) (depth int, children bool, err error) {
+	err = v.s.view(ctx, func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("verify %s: %w", id, ErrNotExist)
 		}
-		rec = *r
+		v.rec = *r
 		if chain, err := st.chain(id); err == nil {
-			derived.depth = len(chain)
+			depth = len(chain)
 		}
-		derived.children = len(st.children(id)) > 0
+		children = len(st.children(id)) > 0
 		return nil
 	})
-	if err != nil {
-		return rep, err
+	return depth, children, err
+}
+
+// checkRecord compares the record with what the state derives, and the
+// short link with the layer.
+func (v *verification) checkRecord(depth int, children bool) {
+	rec, id := &v.rec, v.rep.Layer
+	if depth != 0 && rec.Depth != depth {
+		v.add(DamageRecord, "", true, "recorded depth %d, its chain makes it %d", rec.Depth, depth)
 	}
-	add := func(kind DamageKind, path string, derivable bool, f string, a ...any) {
-		rep.Damage = append(rep.Damage, Damage{Kind: kind, Path: path, What: fmt.Sprintf(f, a...), Derivable: derivable})
-	}
-	if derived.depth != 0 && rec.Depth != derived.depth {
-		add(DamageRecord, "", true, "recorded depth %d, its chain makes it %d", rec.Depth, derived.depth)
-	}
-	if derived.children && !rec.Committed {
-		add(DamageRecord, "", true, "has children but is not marked committed")
+	if children && !rec.Committed {
+		v.add(DamageRecord, "", true, "has children but is not marked committed")
 	}
 	want := filepath.Join("..", "layers", id, "diff")
-	if got, err := os.Readlink(s.linkPath(rec.Link)); err != nil {
-		add(DamageLink, "", true, "short link l/%s is missing (%v)", rec.Link, errors.Unwrap(err))
+	if got, err := os.Readlink(v.s.linkPath(rec.Link)); err != nil {
+		v.add(DamageLink, "", true, "short link l/%s is missing (%v)", rec.Link, errors.Unwrap(err))
 	} else if got != want {
-		add(DamageLink, "", true, "short link l/%s points to %q, not %q", rec.Link, got, want)
+		v.add(DamageLink, "", true, "short link l/%s points to %q, not %q", rec.Link, got, want)
 	}
-	ldir := s.layerDir(id)
-	if !isDir(ldir) {
-		add(DamageStructure, "", false, "layer directory layers/%s is missing", id)
-		return s.finishReport(rep, &rec), nil
+}
+
+// checkStructure checks the layer's directories; false when the layer
+// directory itself is gone and there is nothing more to check.
+func (v *verification) checkStructure() bool {
+	s, id := v.s, v.rep.Layer
+	if !isDir(s.layerDir(id)) {
+		v.add(DamageStructure, "", false, "layer directory layers/%s is missing", id)
+		return false
 	}
-	diffOK := isDir(s.diffDir(id))
-	if !diffOK {
-		add(DamageStructure, "", false, "diff/ is missing: the layer's content is gone")
+	v.diffOK = isDir(s.diffDir(id))
+	if !v.diffOK {
+		v.add(DamageStructure, "", false, "diff/ is missing: the layer's content is gone")
 	}
 	if !isDir(s.workDir(id)) {
-		add(DamageStructure, "", true, "work/ is missing")
+		v.add(DamageStructure, "", true, "work/ is missing")
 	}
-	if s.layout.ownTree(&rec) && !isDir(s.rootDir(id)) {
-		add(DamageStructure, "", false, "root/ (the layer's full tree) is missing")
+	if s.layout.ownTree(&v.rec) && !isDir(s.rootDir(id)) {
+		v.add(DamageStructure, "", false, "root/ (the layer's full tree) is missing")
 	}
+	return true
+}
+
+// checkContent compares the diff directory with the manifest.
+func (v *verification) checkContent(ctx context.Context) error {
+	rec, diff := &v.rec, v.s.diffDir(v.rep.Layer)
 	var manifest []mentry
 	manifestOK := false
 	if rec.Manifest {
 		var err error
-		manifest, err = readManifest(ldir)
+		manifest, err = readManifest(v.s.layerDir(v.rep.Layer))
 		switch {
 		case err == nil:
 			manifestOK = true
-			rep.Entries = len(manifest)
+			v.rep.Entries = len(manifest)
 		case errors.Is(err, errManifest):
 			// What the manifest recorded is derivable only when the
 			// layer has no applied content for it to describe.
 			derivable := !rec.Applied || rec.Written || rec.NeedsApply
-			add(DamageManifest, "", derivable, "%v", err)
+			v.add(DamageManifest, "", derivable, "%v", err)
 		default:
-			return rep, fmt.Errorf("verify %s: %w", id, err)
+			return err
 		}
 	}
 	if manifestOK && (!rec.Applied || rec.NeedsApply) && len(manifest) > 0 {
-		add(DamageManifest, "", false, "an unapplied layer's manifest lists %d entries", len(manifest))
+		v.add(DamageManifest, "", false, "an unapplied layer's manifest lists %d entries", len(manifest))
 	}
-	if diffOK && manifestOK && rec.Applied && !rec.Written && !rec.NeedsApply {
-		dmg, err := compareTree(ctx, s.diffDir(id), manifest)
+	if v.diffOK && manifestOK && rec.Applied && !rec.Written && !rec.NeedsApply {
+		dmg, err := compareTree(ctx, diff, manifest)
 		if err != nil {
-			return rep, fmt.Errorf("verify %s: %w", id, err)
+			return err
 		}
-		rep.Damage = append(rep.Damage, dmg...)
+		v.rep.Damage = append(v.rep.Damage, dmg...)
 	}
-	if diffOK && rec.NeedsApply {
+	if v.diffOK && rec.NeedsApply {
 		// Nothing can mount a reset layer, so nothing writes to it.
-		if empty, err := dirEmpty(s.diffDir(id)); err == nil && !empty {
-			add(DamageUnexpected, "", false, "the layer was reset for its tar but holds content")
+		if empty, err := dirEmpty(diff); err == nil && !empty {
+			v.add(DamageUnexpected, "", false, "the layer was reset for its tar but holds content")
 		}
 	}
-	return s.finishReport(rep, &rec), nil
+	return nil
 }
 
 // finishReport decides the layer's state.
