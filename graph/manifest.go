@@ -320,74 +320,107 @@ func decodeRecord(line string) (mentry, error) {
 	}
 	e.Path = p
 	if e.Type == mHardlink {
-		if len(f) != 3 {
-			return e, fmt.Errorf("%q: a hard link record has 3 fields, not %d", p, len(f))
-		}
-		if e.Target, err = unescapeField(f[2]); err != nil {
-			return e, fmt.Errorf("%q: target: %w", p, err)
-		}
-		if err := checkManifestPath(e.Target); err != nil {
-			return e, fmt.Errorf("%q: target: %w", p, err)
-		}
-		return e, nil
+		return e, e.decodeHardlink(f)
 	}
 	fixed := map[byte]int{mFile: 2, mSymlink: 1, mChar: 2, mBlock: 2}[e.Type]
 	if len(f) < 5+fixed {
 		return e, fmt.Errorf("%q: %d fields, a %s record has at least %d", p, len(f), typeNames[e.Type], 5+fixed)
 	}
-	mode, err := strconv.ParseUint(f[2], 8, 32)
-	if err != nil || mode > 0o7777 || len(f[2]) != 4 {
-		return e, fmt.Errorf("%q: mode %.20q", p, f[2])
+	if err := e.decodeAttrs(f[2], f[3], f[4]); err != nil {
+		return e, fmt.Errorf("%q: %w", p, err)
 	}
-	e.Mode = uint32(mode)
-	if e.UID, err = parseID(f[3]); err != nil {
-		return e, fmt.Errorf("%q: uid: %w", p, err)
+	if err := e.decodeTypeFields(f[5 : 5+fixed]); err != nil {
+		return e, fmt.Errorf("%q: %w", p, err)
 	}
-	if e.GID, err = parseID(f[4]); err != nil {
-		return e, fmt.Errorf("%q: gid: %w", p, err)
+	if err := e.decodeXattrs(f[5+fixed:]); err != nil {
+		return e, fmt.Errorf("%q: %w", p, err)
 	}
+	return e, nil
+}
+
+// decodeHardlink reads the target of a hard link record: "h PATH TARGET".
+func (e *mentry) decodeHardlink(f []string) error {
+	if len(f) != 3 {
+		return fmt.Errorf("%q: a hard link record has 3 fields, not %d", e.Path, len(f))
+	}
+	var err error
+	if e.Target, err = unescapeField(f[2]); err != nil {
+		return fmt.Errorf("%q: target: %w", e.Path, err)
+	}
+	if err := checkManifestPath(e.Target); err != nil {
+		return fmt.Errorf("%q: target: %w", e.Path, err)
+	}
+	return nil
+}
+
+// decodeAttrs reads the mode (four octal digits), uid and gid every other
+// record has.
+func (e *mentry) decodeAttrs(mode, uid, gid string) error {
+	m, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil || m > 0o7777 || len(mode) != 4 {
+		return fmt.Errorf("mode %.20q", mode)
+	}
+	e.Mode = uint32(m)
+	if e.UID, err = parseID(uid); err != nil {
+		return fmt.Errorf("uid: %w", err)
+	}
+	if e.GID, err = parseID(gid); err != nil {
+		return fmt.Errorf("gid: %w", err)
+	}
+	return nil
+}
+
+// decodeTypeFields reads the fields of the record's type: a file's size
+// and digest, a symlink's target, a device's numbers.
+func (e *mentry) decodeTypeFields(f []string) error {
+	var err error
 	switch e.Type {
 	case mFile:
-		size, err := strconv.ParseInt(f[5], 10, 64)
-		if err != nil || size < 0 || strconv.FormatInt(size, 10) != f[5] {
-			return e, fmt.Errorf("%q: size %.30q", p, f[5])
+		size, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || size < 0 || strconv.FormatInt(size, 10) != f[0] {
+			return fmt.Errorf("size %.30q", f[0])
 		}
 		e.Size = size
-		if err := checkDigest(f[6]); err != nil {
-			return e, fmt.Errorf("%q: %w", p, err)
+		if err := checkDigest(f[1]); err != nil {
+			return err
 		}
-		e.Digest = f[6]
+		e.Digest = f[1]
 	case mSymlink:
-		if e.Target, err = unescapeField(f[5]); err != nil || e.Target == "" {
-			return e, fmt.Errorf("%q: symlink target: %v", p, err)
+		if e.Target, err = unescapeField(f[0]); err != nil || e.Target == "" {
+			return fmt.Errorf("symlink target: %v", err)
 		}
 	case mChar, mBlock:
-		if e.Major, err = parseID(f[5]); err != nil {
-			return e, fmt.Errorf("%q: major: %w", p, err)
+		if e.Major, err = parseID(f[0]); err != nil {
+			return fmt.Errorf("major: %w", err)
 		}
-		if e.Minor, err = parseID(f[6]); err != nil {
-			return e, fmt.Errorf("%q: minor: %w", p, err)
+		if e.Minor, err = parseID(f[1]); err != nil {
+			return fmt.Errorf("minor: %w", err)
 		}
 	}
-	for _, x := range f[5+fixed:] {
+	return nil
+}
+
+// decodeXattrs reads NAME=VALUE fields, sorted by name and unique.
+func (e *mentry) decodeXattrs(f []string) error {
+	for _, x := range f {
 		n, v, ok := strings.Cut(x, "=")
 		if !ok {
-			return e, fmt.Errorf("%q: xattr %.40q without '='", p, x)
+			return fmt.Errorf("xattr %.40q without '='", x)
 		}
 		name, err := unescapeField(n)
 		if err != nil || name == "" {
-			return e, fmt.Errorf("%q: xattr name %.40q: %v", p, n, err)
+			return fmt.Errorf("xattr name %.40q: %v", n, err)
 		}
 		val, err := unescapeField(v)
 		if err != nil {
-			return e, fmt.Errorf("%q: xattr %q: %w", p, name, err)
+			return fmt.Errorf("xattr %q: %w", name, err)
 		}
 		if k := len(e.Xattrs); k > 0 && e.Xattrs[k-1].Name >= name {
-			return e, fmt.Errorf("%q: xattrs must be sorted and unique", p)
+			return errors.New("xattrs must be sorted and unique")
 		}
 		e.Xattrs = append(e.Xattrs, xattr{name, []byte(val)})
 	}
-	return e, nil
+	return nil
 }
 
 func parseID(s string) (uint32, error) {
