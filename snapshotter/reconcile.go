@@ -27,6 +27,10 @@ type Report struct {
 	Released []string `json:"released,omitempty"`
 	// Restored are holds an active snapshot or a view lacked.
 	Restored []string `json:"restored,omitempty"`
+	// Frozen are active snapshots whose layer is committed: a crash
+	// between the store's Commit and the metadata's, whose committed
+	// name is lost. They mount read-only; remove them.
+	Frozen []string `json:"frozen,omitempty"`
 }
 
 // hold is one hold the metadata says the store should have.
@@ -78,7 +82,8 @@ func (s *Snapshotter) Reconcile(ctx context.Context) (Report, error) {
 		name string
 		list []string
 	}{{"removed lost snapshots", rep.Snapshots}, {"removed orphan layers", rep.Layers},
-		{"released holds", rep.Released}, {"restored holds", rep.Restored}} {
+		{"released holds", rep.Released}, {"restored holds", rep.Restored},
+		{"active snapshots with a committed layer (remove them)", rep.Frozen}} {
 		if len(what.list) > 0 {
 			s.log.Info("ovlkit snapshotter: "+what.name, "which", strings.Join(what.list, " "))
 		}
@@ -239,6 +244,9 @@ func (s *Snapshotter) restoreHolds(ctx context.Context, snaps map[string]snap, w
 		h, ok := sn.hold()
 		if !ok || !want[h] {
 			continue
+		}
+		if li, ok := have[h.layer]; ok && sn.Kind == snapshots.KindActive && li.Committed {
+			rep.Frozen = append(rep.Frozen, sn.key)
 		}
 		if li, ok := have[h.layer]; ok {
 			if _, held := li.Holds[h.holder]; held {

@@ -234,6 +234,8 @@ func TestReconcileOnOpen(t *testing.T) {
 	must(t, st.Create(ctx, "sn-77", ""))
 	must(t, st.Release(ctx, "sn-3", "active-3"))
 	must(t, st.CreateReadWrite(ctx, "foreign", ""))
+	// A crash after the store's Commit and before the metadata's.
+	must(t, st.Commit(ctx, "sn-3"))
 	_, err = st.Acquire(ctx, "foreign", "view-99")
 	must(t, err)
 	must(t, st.Close())
@@ -249,6 +251,11 @@ func TestReconcileOnOpen(t *testing.T) {
 	must(t, err)
 	if _, ok := li.Holds["active-3"]; !ok {
 		t.Errorf("the active snapshot's hold was not restored: %v", li.Holds)
+	}
+	rep0, err := s2.Reconcile(ctx)
+	must(t, err)
+	if !slices.Equal(rep0.Frozen, []string{"kept"}) {
+		t.Errorf("frozen active snapshots %v, want [kept]", rep0.Frozen)
 	}
 	if s2.Store().Exists("sn-77") {
 		t.Error("orphan layer sn-77 kept")
