@@ -374,6 +374,26 @@ func (s *Store) init(opts Options) error {
 		return err
 	}
 	defer unlock()
+	st, err := s.loadOrCreate(opts)
+	if err != nil {
+		return err
+	}
+	if s.layout, err = layoutOf(st.Layout); err != nil {
+		return err
+	}
+	s.userx = st.Userxattr
+	if err := s.probeFeatures(opts); err != nil {
+		return err
+	}
+	if err := s.chooseOptions(opts); err != nil {
+		return err
+	}
+	return s.recover(st)
+}
+
+// loadOrCreate reads the store's state, or makes a new store's, and checks
+// that it has the layout and xattr namespace opts ask for.
+func (s *Store) loadOrCreate(opts Options) (*state, error) {
 	st, err := s.state.load()
 	if errors.Is(err, ErrNoStore) {
 		layout := opts.Layout
@@ -383,21 +403,24 @@ func (s *Store) init(opts Options) error {
 		st = newState(layout, time.Now().UTC())
 		st.Userxattr = opts.Userxattr
 		if err := s.state.store(st); err != nil {
-			return err
+			return nil, err
 		}
 	} else if err != nil {
-		return err
+		return nil, err
 	}
 	if opts.Layout != "" && opts.Layout != st.Layout {
-		return fmt.Errorf("store %s has layout %s, not %s", s.home, st.Layout, opts.Layout)
+		return nil, fmt.Errorf("store %s has layout %s, not %s", s.home, st.Layout, opts.Layout)
 	}
 	if opts.Userxattr && !st.Userxattr {
-		return fmt.Errorf("store %s keeps overlay xattrs in trusted.overlay.*, not user.overlay.*", s.home)
+		return nil, fmt.Errorf("store %s keeps overlay xattrs in trusted.overlay.*, not user.overlay.*", s.home)
 	}
-	if s.layout, err = layoutOf(st.Layout); err != nil {
-		return err
-	}
-	s.userx = st.Userxattr
+	return st, nil
+}
+
+// probeFeatures takes the kernel's and the backing filesystem's features
+// (opts.Features, or the store's probe) and refuses a store they cannot
+// hold.
+func (s *Store) probeFeatures(opts Options) error {
 	if opts.Features != nil {
 		s.feat = *opts.Features
 	} else {
@@ -424,6 +447,13 @@ func (s *Store) init(opts Options) error {
 		}
 		s.extraOpt = append(s.extraOpt, "userxattr")
 	}
+	return nil
+}
+
+// chooseOptions sets the mount options opts ask for, refusing those the
+// kernel does not offer.
+func (s *Store) chooseOptions(opts Options) error {
+	var err error
 	if opts.Volatile && opts.FsyncStrict {
 		return errors.New("options Volatile and FsyncStrict contradict each other")
 	}
@@ -449,7 +479,7 @@ func (s *Store) init(opts Options) error {
 	}
 	s.userOpt = append([]string(nil), opts.MountOptions...)
 	s.extraOpt = append(s.extraOpt, s.userOpt...)
-	return s.recover(st)
+	return nil
 }
 
 // Close releases the store. Mounted layers stay mounted; see Cleanup.
