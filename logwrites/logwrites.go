@@ -116,33 +116,11 @@ type Log struct {
 // size bytes (the log device's or file's size). The data is not read; it
 // must stay readable through r for Replay.
 func Decode(r io.ReaderAt, size int64) (*Log, error) {
-	var sb [superLen]byte
-	if size < minSectorSize {
-		return nil, fmt.Errorf("%w: %d bytes is smaller than a super block sector", ErrFormat, size)
-	}
-	if _, err := r.ReadAt(sb[:], 0); err != nil {
-		return nil, fmt.Errorf("read super block: %w", err)
-	}
-	le := binary.LittleEndian
-	if m := le.Uint64(sb[0:]); m != Magic {
-		return nil, fmt.Errorf("%w: magic %#x, want %#x", ErrFormat, m, uint64(Magic))
-	}
-	s := Super{Version: le.Uint64(sb[8:]), Entries: le.Uint64(sb[16:]), SectorSize: le.Uint32(sb[24:])}
-	if s.Version != Version {
-		return nil, fmt.Errorf("%w: version %d, want %d", ErrFormat, s.Version, Version)
+	s, err := decodeSuper(r, size)
+	if err != nil {
+		return nil, err
 	}
 	ss := int64(s.SectorSize)
-	if ss < minSectorSize || ss > maxSectorSize || ss&(ss-1) != 0 {
-		return nil, fmt.Errorf("%w: sector size %d is not a power of two in [%d, %d]",
-			ErrFormat, ss, minSectorSize, maxSectorSize)
-	}
-	// Every entry takes at least its header sector: a count the size
-	// cannot hold is damage, and is refused before anything is allocated
-	// for it.
-	if max := uint64(size/ss) - 1; s.Entries > max {
-		return nil, fmt.Errorf("%w: %d entries do not fit in %d bytes of %d-byte sectors",
-			ErrFormat, s.Entries, size, ss)
-	}
 	l := &Log{Super: s, Entries: make([]Entry, 0, s.Entries), r: r}
 	hdr := make([]byte, ss)
 	off := ss
@@ -153,49 +131,102 @@ func Decode(r io.ReaderAt, size int64) (*Log, error) {
 		if _, err := r.ReadAt(hdr, off); err != nil {
 			return nil, fmt.Errorf("read header of entry %d at byte %d: %w", i, off, err)
 		}
-		e := Entry{
-			Index:     i,
-			Sector:    le.Uint64(hdr[0:]),
-			NrSectors: le.Uint64(hdr[8:]),
-			Flags:     le.Uint64(hdr[16:]),
+		e, err := decodeEntry(i, hdr, off+ss, size)
+		if err != nil {
+			return nil, err
 		}
-		dataLen := le.Uint64(hdr[24:])
-		if e.Flags&^knownFlags != 0 {
-			return nil, fmt.Errorf("%w: entry %d has unknown flags %#x", ErrFormat, i, e.Flags)
-		}
-		off += ss
-		e.DataOffset = off
-		switch {
-		case e.IsMark():
-			// A mark's name shares the header sector.
-			if dataLen > uint64(ss-headerLen) {
-				return nil, fmt.Errorf("%w: mark of entry %d is %d bytes, more than a sector holds",
-					ErrFormat, i, dataLen)
-			}
-			if e.NrSectors != 0 {
-				return nil, fmt.Errorf("%w: mark entry %d claims %d sectors of data", ErrFormat, i, e.NrSectors)
-			}
-			e.Mark = string(hdr[headerLen : headerLen+dataLen])
-		case dataLen != 0:
-			// Only marks carry data of their own in this format
-			// version; anything else would be misread.
-			return nil, fmt.Errorf("%w: entry %d has %d bytes of private data but is no mark", ErrFormat, i, dataLen)
-		case e.IsDiscard():
-			// A discard records its range but no data.
-		default:
-			n, ok := sectorBytes(e.NrSectors, ss)
-			if !ok || n > size-off {
-				return nil, fmt.Errorf("%w: entry %d's %d sectors of data at byte %d run past the end (%d bytes)",
-					ErrFormat, i, e.NrSectors, off, size)
-			}
-			off += n
-		}
-		if _, ok := sectorBytes(e.Sector+e.NrSectors, ss); !ok || e.Sector+e.NrSectors < e.Sector {
-			return nil, fmt.Errorf("%w: entry %d's range %d+%d overflows", ErrFormat, i, e.Sector, e.NrSectors)
-		}
+		off = e.DataOffset + e.dataBytes(ss)
 		l.Entries = append(l.Entries, e)
 	}
 	return l, nil
+}
+
+// decodeSuper reads and checks the super block of a log of size bytes.
+func decodeSuper(r io.ReaderAt, size int64) (Super, error) {
+	var sb [superLen]byte
+	if size < minSectorSize {
+		return Super{}, fmt.Errorf("%w: %d bytes is smaller than a super block sector", ErrFormat, size)
+	}
+	if _, err := r.ReadAt(sb[:], 0); err != nil {
+		return Super{}, fmt.Errorf("read super block: %w", err)
+	}
+	le := binary.LittleEndian
+	if m := le.Uint64(sb[0:]); m != Magic {
+		return Super{}, fmt.Errorf("%w: magic %#x, want %#x", ErrFormat, m, uint64(Magic))
+	}
+	s := Super{Version: le.Uint64(sb[8:]), Entries: le.Uint64(sb[16:]), SectorSize: le.Uint32(sb[24:])}
+	if s.Version != Version {
+		return Super{}, fmt.Errorf("%w: version %d, want %d", ErrFormat, s.Version, Version)
+	}
+	ss := int64(s.SectorSize)
+	if ss < minSectorSize || ss > maxSectorSize || ss&(ss-1) != 0 {
+		return Super{}, fmt.Errorf("%w: sector size %d is not a power of two in [%d, %d]",
+			ErrFormat, ss, minSectorSize, maxSectorSize)
+	}
+	// Every entry takes at least its header sector: a count the size
+	// cannot hold is damage, and is refused before anything is allocated
+	// for it.
+	if max := uint64(size/ss) - 1; s.Entries > max {
+		return Super{}, fmt.Errorf("%w: %d entries do not fit in %d bytes of %d-byte sectors",
+			ErrFormat, s.Entries, size, ss)
+	}
+	return s, nil
+}
+
+// decodeEntry reads entry i from its header sector hdr; its data starts
+// at byte dataOff of a log of size bytes.
+func decodeEntry(i int, hdr []byte, dataOff, size int64) (Entry, error) {
+	le := binary.LittleEndian
+	ss := int64(len(hdr))
+	e := Entry{
+		Index:      i,
+		Sector:     le.Uint64(hdr[0:]),
+		NrSectors:  le.Uint64(hdr[8:]),
+		Flags:      le.Uint64(hdr[16:]),
+		DataOffset: dataOff,
+	}
+	dataLen := le.Uint64(hdr[24:])
+	if e.Flags&^knownFlags != 0 {
+		return e, fmt.Errorf("%w: entry %d has unknown flags %#x", ErrFormat, i, e.Flags)
+	}
+	switch {
+	case e.IsMark():
+		// A mark's name shares the header sector.
+		if dataLen > uint64(ss-headerLen) {
+			return e, fmt.Errorf("%w: mark of entry %d is %d bytes, more than a sector holds",
+				ErrFormat, i, dataLen)
+		}
+		if e.NrSectors != 0 {
+			return e, fmt.Errorf("%w: mark entry %d claims %d sectors of data", ErrFormat, i, e.NrSectors)
+		}
+		e.Mark = string(hdr[headerLen : headerLen+dataLen])
+	case dataLen != 0:
+		// Only marks carry data of their own in this format version;
+		// anything else would be misread.
+		return e, fmt.Errorf("%w: entry %d has %d bytes of private data but is no mark", ErrFormat, i, dataLen)
+	case e.IsDiscard():
+		// A discard records its range but no data.
+	default:
+		n, ok := sectorBytes(e.NrSectors, ss)
+		if !ok || n > size-dataOff {
+			return e, fmt.Errorf("%w: entry %d's %d sectors of data at byte %d run past the end (%d bytes)",
+				ErrFormat, i, e.NrSectors, dataOff, size)
+		}
+	}
+	if _, ok := sectorBytes(e.Sector+e.NrSectors, ss); !ok || e.Sector+e.NrSectors < e.Sector {
+		return e, fmt.Errorf("%w: entry %d's range %d+%d overflows", ErrFormat, i, e.Sector, e.NrSectors)
+	}
+	return e, nil
+}
+
+// dataBytes is how much of the log e's data takes after its header: the
+// sectors of a write, none for a mark or a discard.
+func (e *Entry) dataBytes(ss int64) int64 {
+	if e.IsMark() || e.IsDiscard() {
+		return 0
+	}
+	n, _ := sectorBytes(e.NrSectors, ss)
+	return n
 }
 
 // sectorBytes returns n sectors of size ss in bytes, and false when that
