@@ -79,39 +79,19 @@ func cmdJobs(w io.Writer, args []string) error {
 	if err != nil {
 		return err
 	}
+	format := listFormat{json: *asJSON, commands: *commands}
 	if *kernels {
 		builds := cijob.KernelBuilds(jobs)
-		switch {
-		case *asJSON:
-			return writeJSONLine(w, builds)
-		case *commands:
-			for _, b := range builds {
-				fmt.Fprintln(w, b.Command)
-			}
-			return nil
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tBASE\tCONFIG\tCOMMAND")
-		for _, b := range builds {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", b.ID, b.Base, b.Config, b.Command)
-		}
-		return tw.Flush()
+		return writeList(w, format, builds, "ID\tBASE\tCONFIG\tCOMMAND",
+			func(b cijob.KernelBuild) (string, []any) {
+				return b.Command, []any{b.ID, b.Base, b.Config, b.Command}
+			})
 	}
-	switch {
-	case *asJSON:
-		return writeJSONLine(w, jobs)
-	case *commands:
-		for _, j := range jobs {
-			fmt.Fprintln(w, j.Command)
-		}
-		return nil
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tBASE\tCONFIG\tFS\tSUITE\tTIMEOUT")
-	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%dm\n", j.ID, j.Base, j.Config, j.FS, j.Suite, j.TimeoutMinutes)
-	}
-	if err := tw.Flush(); err != nil {
+	err = writeList(w, format, jobs, "ID\tBASE\tCONFIG\tFS\tSUITE\tTIMEOUT",
+		func(j cijob.Job) (string, []any) {
+			return j.Command, []any{j.ID, j.Base, j.Config, j.FS, j.Suite, fmt.Sprintf("%dm", j.TimeoutMinutes)}
+		})
+	if err != nil || format.json || format.commands {
 		return err
 	}
 	_, err = fmt.Fprintf(w, "%d jobs on %d kernel builds; each boots the stock and the patched kernel (-commands prints their commands)\n",
@@ -184,4 +164,36 @@ func cmdMerge(w io.Writer, args []string) error {
 		return fmt.Errorf("merge: %s", strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// listFormat is how jobs prints a list: a JSON line, one command a line,
+// or a table.
+type listFormat struct{ json, commands bool }
+
+// writeList prints items in format f; row gives an item's command and its
+// table cells under header (tab-separated).
+func writeList[T any](w io.Writer, f listFormat, items []T, header string, row func(T) (string, []any)) error {
+	switch {
+	case f.json:
+		return writeJSONLine(w, items)
+	case f.commands:
+		for _, it := range items {
+			cmd, _ := row(it)
+			fmt.Fprintln(w, cmd)
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range items {
+		_, cells := row(it)
+		for i, c := range cells {
+			if i > 0 {
+				fmt.Fprint(tw, "\t")
+			}
+			fmt.Fprint(tw, c)
+		}
+		fmt.Fprintln(tw)
+	}
+	return tw.Flush()
 }
