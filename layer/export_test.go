@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -319,6 +320,28 @@ func TestExportRefusesWhiteoutLikeNames(t *testing.T) {
 		err := ExportChanges(context.Background(), &bytes.Buffer{}, root, []Change{c})
 		if err == nil || !strings.Contains(err.Error(), c.Path) {
 			t.Errorf("ExportChanges(%v): got %v, want an error naming %s", c, err, c.Path)
+		}
+	}
+}
+
+// The copy buffer of an export grows with the files it copies, so that
+// a small layer's diff does not pay for a full-size buffer.
+func TestExportBufferGrowsWithFiles(t *testing.T) {
+	tw := newTarWriter(context.Background(), io.Discard)
+	for _, c := range []struct {
+		size    int64
+		wantLen int
+	}{
+		{64, minCopyBuf},
+		{minCopyBuf, minCopyBuf},
+		{minCopyBuf + 1, 2 * minCopyBuf},
+		{100 << 10, 128 << 10},
+		{10, 128 << 10}, // never shrinks
+		{copyBufSize, copyBufSize},
+		{64 << 20, copyBufSize}, // bounded
+	} {
+		if got := len(tw.buffer(c.size)); got != c.wantLen {
+			t.Errorf("after a file of %d bytes: buffer of %d, want %d", c.size, got, c.wantLen)
 		}
 	}
 }
