@@ -142,12 +142,12 @@ func (t *tarWriter) entry(name string, st *unix.Stat_t, metaPath, dataPath strin
 // data writes the content of a regular file entry of size bytes from
 // dataPath.
 func (t *tarWriter) data(dataPath string, size int64) error {
-	f, err := os.OpenFile(dataPath, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	fd, err := openNoEINTR(dataPath, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dataPath, err)
 	}
-	defer f.Close()
-	n, err := io.CopyBuffer(t.tw, io.LimitReader(f, size), t.buffer(size))
+	defer unix.Close(fd)
+	n, err := io.CopyBuffer(t.tw, io.LimitReader(fdReader(fd), size), t.buffer(size))
 	if err != nil {
 		return fmt.Errorf("copy %s: %w", dataPath, err)
 	}
