@@ -119,6 +119,15 @@ func benchFilesystems(tb testing.TB) []guesttest.FS {
 	return out
 }
 
+// benchCodecs picks the layer encodings BenchmarkApplyDiff measures:
+// OVLKIT_BENCH_CODECS (comma-separated), default plain, gzip and zstd.
+func benchCodecs() []string {
+	if v := os.Getenv("OVLKIT_BENCH_CODECS"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return []string{"plain", "gzip", "zstd"}
+}
+
 // applier applies a tar stream into an empty directory.
 type applier func(dir string, r io.Reader) error
 
@@ -194,7 +203,10 @@ func BenchmarkApplyDiff(b *testing.B) {
 	d := testLayer(b)
 	for _, fs := range benchFilesystems(b) {
 		b.Run(fs.Name, func(b *testing.B) {
-			for _, codec := range []string{"plain", "gzip", "zstd"} {
+			for _, codec := range benchCodecs() {
+				if _, ok := d.codecs[codec]; !ok {
+					b.Fatalf("OVLKIT_BENCH_CODECS: no codec %q (plain, gzip, zstd)", codec)
+				}
 				b.Run(codec, func(b *testing.B) {
 					as := appliers
 					switch codec {
