@@ -58,7 +58,7 @@ kernel-patched: deps ## build the patched kernel
 kernel-%: deps ## build a tree made by scripts/kernel.sh devtree NAME
 	@scripts/kernel.sh build $*
 
-test: deps lint host-test fuzz-short kernel guest-test selftest series-check test-other-bases ## every check: lint, host tests, fuzz-short, both kernels, guest suite, selftest, series; other bases' kernels, suite and series
+test: deps lint host-test fuzz-short kernel guest-test crash-short selftest series-check test-other-bases ## every check: lint, host tests, fuzz-short, both kernels, guest suite, hard cuts, selftest, series; other bases' kernels, suite and series
 	@echo "make test: all checks passed"
 
 # make test covers KBASE fully and every other kernel base with its two
@@ -201,6 +201,49 @@ distro-test: deps kernel-patched ## guest suite on Debian's linux-image of KBASE
 readers: deps kernel ## findmnt, dmesg and trace-cmd on the series' output, both kernels
 	@mkdir -p $(OUT)
 	$(OVLVM) readers -kernel stock,patched -junit $(OUT)/junit-readers.xml
+
+# Hard cuts (vm/cuts.go; the guest side is tests/guest/cuts, a module of
+# its own that only these targets run): the store workload on persistent
+# ext4 and xfs disks, QEMU killed at a seeded random moment, and every next
+# boot mounts the disks (journal replay), opens the store (its recovery),
+# checks it against what was acknowledged, and e2fsck -n and xfs_repair -n
+# check the images on the host. One boot per cut, both disks cut at once.
+# About 12 s per cut under TCG; see Documentation/testing.rst.
+## CUTS=100: make crash's cuts (each cuts ext4 and xfs at once)
+CUTS ?= 100
+## CUTS_SEED=: seed of make crash's first cut, cut i uses CUTS_SEED+i (default: picked and printed)
+CUTS_SEED ?=
+## CUTS_SHORT=3: the hard cuts make test makes, from seed 1
+CUTS_SHORT ?= 3
+.PHONY: crash crash-short
+crash-short: deps kernel-patched ## CUTS_SHORT hard cuts from seed 1 (part of make test)
+	cd tests/guest/cuts && GOWORK=$$PWD/go.work go vet -tags ovlkit_guest .
+	$(OVLVM) cuts -kernel patched -count $(CUTS_SHORT) -seed 1
+
+crash: deps kernel-patched ## hard cuts: the store on ext4 and xfs, QEMU killed CUTS times, each next boot checked
+	cd tests/guest/cuts && GOWORK=$$PWD/go.work go vet -tags ovlkit_guest .
+	@start=$$(date +%s); \
+	$(OVLVM) cuts -kernel patched -count $(CUTS) $(if $(CUTS_SEED),-seed $(CUTS_SEED)); \
+	rc=$$?; echo "crash: $(CUTS) cuts took $$(( $$(date +%s) - start ))s"; exit $$rc
+
+# The store under load in the guest (tests/guest/stress): 64 goroutines
+# and a second process on one store, a mount namespace holding a layer's
+# mount as it is removed. make test's guest suite runs it with 1,000
+# operations on ext4; this is the long run. KCONFIG_EXTRA=debug runs it on
+# the debug kernel.
+## STRESS_OPS=10000: make stress's operations of the first process (the second does a quarter as many)
+STRESS_OPS ?= 10000
+## STRESS_FS=ext4,xfs: make stress's filesystems
+STRESS_FS ?= ext4,xfs
+.PHONY: stress
+stress: deps kernel-patched ## the store under 64 goroutines, a second process and a mount namespace: STRESS_OPS operations
+	@mkdir -p $(OUT)
+	@start=$$(date +%s); \
+	$(OVLVM) run -kernel patched -pkg ./tests/guest/stress -fs $(STRESS_FS) -mem 1024 \
+		-env OVLKIT_STRESS_OPS=$(STRESS_OPS) -env OVLKIT_STRESS_FS=$(STRESS_FS) \
+		-timeout 180m -test-timeout 170m -json $(OUT)/guest-stress.json; \
+	rc=$$?; grep -o 'stress-row: [^"\\]*' $(OUT)/guest-stress.json | sort -u; \
+	echo "stress: $(STRESS_OPS) operations on $(STRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 bench-pipeline: deps ## time the loop: builds, edit to result, boot to result
 	@scripts/bench-pipeline.sh
