@@ -19,6 +19,7 @@ import (
 
 	"github.com/hugelgupf/vmtest/qemu"
 	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/initramfs"
 	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
@@ -117,7 +118,7 @@ func RunCuts(ctx context.Context, c CutsConfig) (*CutsResult, error) {
 		}
 	}
 	initrd := filepath.Join(c.WorkDir, "initrd.cpio")
-	if err := writeInitrd(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
+	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
 		return nil, err
 	}
 	defer os.Remove(initrd)

@@ -1,6 +1,8 @@
 // Package vm is the host side of ovlkit's test harness: it boots a kernel
-// with a u-root initramfs carrying guest test binaries in QEMU, attaches
-// scratch disks, and turns what comes back into judged test results.
+// in QEMU with an initramfs carrying guest test binaries (package
+// initramfs), attaches scratch disks, and has what comes back judged
+// (package verdict). It also runs the hard cuts and the Debian guest of
+// xfstests and the real readers.
 package vm
 
 import (
@@ -16,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ovlkit/ovlkit/vm/initramfs"
 	"github.com/ovlkit/ovlkit/vm/verdict"
 )
 
@@ -23,11 +26,11 @@ import (
 type Config struct {
 	Label     string // kernel name in reports: stock, patched, ...
 	Kernel    string // bzImage
-	Initramfs string // core image from CoreInitramfs
-	Packages  []Package
+	Initramfs string // core image from Core
+	Packages  []initramfs.Package
 	// Modules, for a kernel whose drivers are modules, are packed into
 	// the initramfs and loaded by the guest before anything else.
-	Modules *ModuleSet
+	Modules *initramfs.ModuleSet
 	// Stock marks the unpatched kernel: proof tests must fail there.
 	Stock bool
 	// Filesystems are the disks to attach (tmpfs needs none).
@@ -64,7 +67,7 @@ func Run(ctx context.Context, c Config) (*verdict.Result, error) {
 		return nil, fmt.Errorf("kernel %s: %w", c.Kernel, err)
 	}
 	initrd := filepath.Join(c.WorkDir, "initrd.cpio")
-	if err := writeInitrd(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
+	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
 		return nil, err
 	}
 	defer os.Remove(initrd)

@@ -37,6 +37,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/vm"
 	"github.com/ovlkit/ovlkit/vm/guestproto"
+	"github.com/ovlkit/ovlkit/vm/initramfs"
 	"github.com/ovlkit/ovlkit/vm/report"
 	"github.com/ovlkit/ovlkit/vm/verdict"
 )
@@ -156,7 +157,7 @@ type harness struct {
 	goBin     string
 	qemu      string
 	initramfs string
-	pkgs      []vm.Package
+	pkgs      []initramfs.Package
 	accel     vm.Accelerator
 	runRoot   string
 }
@@ -190,7 +191,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 	}
 	t0 := time.Now()
 	progress("initramfs: u-root core image (cached by content)")
-	if h.initramfs, err = vm.CoreInitramfs(h.o.top, filepath.Join(o.cache, "initramfs"), os.Stderr); err != nil {
+	if h.initramfs, err = initramfs.Core(h.o.top, filepath.Join(o.cache, "initramfs"), os.Stderr); err != nil {
 		return nil, err
 	}
 	progress("initramfs: %s (%.1fs)", filepath.Base(h.initramfs), time.Since(t0).Seconds())
@@ -199,7 +200,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 		patterns = []string{"./tests/guest/...", "./cmd/ovlgraph"}
 	}
 	if os.Getenv("GOWORK") == "" {
-		work, err := vm.NestedWorkspace(h.o.top, patterns)
+		work, err := initramfs.NestedWorkspace(h.o.top, patterns)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +212,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 		}
 	}
 	t0 = time.Now()
-	if h.pkgs, err = vm.ListGuestPackages(ctx, h.goBin, h.o.top, patterns...); err != nil {
+	if h.pkgs, err = initramfs.ListGuestPackages(ctx, h.goBin, h.o.top, patterns...); err != nil {
 		return nil, err
 	}
 	pruneRuns(o.cache, 24*time.Hour)
@@ -219,7 +220,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 	if err != nil {
 		return nil, err
 	}
-	if err := vm.BuildTests(ctx, h.goBin, h.o.top, filepath.Join(h.runRoot, "bin"), h.pkgs); err != nil {
+	if err := initramfs.BuildTests(ctx, h.goBin, h.o.top, filepath.Join(h.runRoot, "bin"), h.pkgs); err != nil {
 		return nil, err
 	}
 	progress("guest tests: %d packages built (%.1fs)", len(h.pkgs), time.Since(t0).Seconds())
@@ -448,7 +449,7 @@ func kernelLabel(name string) string {
 // kernel base (scripts/distro-kernel.sh fetches and unpacks it), a .deb is
 // unpacked into the cache, anything else is a tree name or bzImage path
 // that takes its modules from -modules, if any.
-func resolveGuestKernel(ctx context.Context, o options, name, modules string) (string, *vm.ModuleSet, error) {
+func resolveGuestKernel(ctx context.Context, o options, name, modules string) (string, *initramfs.ModuleSet, error) {
 	var kernel string
 	switch {
 	case name == "distro" || strings.HasSuffix(name, ".deb"):
@@ -464,11 +465,11 @@ func resolveGuestKernel(ctx context.Context, o options, name, modules string) (s
 			root = strings.TrimSpace(string(out))
 		} else {
 			var err error
-			if root, err = vm.ExtractDeb(ctx, name, o.cache); err != nil {
+			if root, err = initramfs.ExtractDeb(ctx, name, o.cache); err != nil {
 				return "", nil, err
 			}
 		}
-		k, dir, err := vm.FindPackageKernel(root)
+		k, dir, err := initramfs.FindPackageKernel(root)
 		if err != nil {
 			return "", nil, err
 		}
@@ -486,7 +487,7 @@ func resolveGuestKernel(ctx context.Context, o options, name, modules string) (s
 	if modules == "" {
 		return kernel, nil, nil
 	}
-	mods, err := vm.PrepareModules(ctx, kernel, modules, o.cache)
+	mods, err := initramfs.PrepareModules(ctx, kernel, modules, o.cache)
 	if err != nil {
 		return "", nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ovlkit/ovlkit/vm"
+	"github.com/ovlkit/ovlkit/vm/initramfs"
 	"github.com/ovlkit/ovlkit/vm/report"
 	"github.com/ovlkit/ovlkit/vm/verdict"
 )
@@ -178,7 +178,7 @@ func TestFindSuitesAgreesWithGoList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pkgs, err := vm.ListGuestPackages(context.Background(), goBin, top, "./tests/guest/...", "./cmd/ovlgraph")
+	pkgs, err := initramfs.ListGuestPackages(context.Background(), goBin, top, "./tests/guest/...", "./cmd/ovlgraph")
 	if err != nil {
 		t.Fatal(err)
 	}

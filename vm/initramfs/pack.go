@@ -1,4 +1,9 @@
-package vm
+// Package initramfs makes what a guest boots besides its kernel: the
+// u-root core image with the guest's init (cached by content), the test
+// binaries built on the host with their testdata and manifest, and, for a
+// kernel whose drivers are modules (a distribution kernel), the modules
+// the guest needs, resolved from depmod's files and packed in load order.
+package initramfs
 
 import (
 	"bytes"
@@ -142,11 +147,11 @@ func writeTestsCPIO(w io.Writer, pkgs []Package) error {
 	return cpio.WriteTrailer(cw)
 }
 
-// writeInitrd concatenates the cached core image, the tests archive and,
+// Write concatenates the cached core image, the tests archive and,
 // for a kernel with modules, the modules archive. The kernel unpacks
 // concatenated newc archives in order; the padding keeps each following
 // archive 4-byte aligned as the unpacker requires.
-func writeInitrd(ctx context.Context, dst, core string, pkgs []Package, mods *ModuleSet) error {
+func Write(ctx context.Context, dst, core string, pkgs []Package, mods *ModuleSet) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return err

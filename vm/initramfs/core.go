@@ -1,4 +1,4 @@
-package vm
+package initramfs
 
 import (
 	"crypto/sha256"
@@ -23,12 +23,12 @@ const (
 	initPkg  = "github.com/u-root/u-root/cmds/core/init"
 )
 
-// CoreInitramfs returns the cached u-root image for this source tree,
+// Core returns the cached u-root core image for this source tree,
 // building it when go.mod, go.sum, the guest init or the protocol it
 // speaks (vm/guestproto) changed. Building it
 // takes ~20 s (gobusybox rewrites the commands, defeating the build cache);
 // the result is reproducible, so it is keyed by its inputs' content.
-func CoreInitramfs(moduleDir, cacheDir string, logw io.Writer) (string, error) {
+func Core(moduleDir, cacheDir string, logw io.Writer) (string, error) {
 	key, err := hashInputs(moduleDir, "go.mod", "go.sum", "initramfs", filepath.Join("vm", "guestproto"))
 	if err != nil {
 		return "", fmt.Errorf("hash initramfs inputs: %w", err)
