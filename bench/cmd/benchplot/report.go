@@ -17,6 +17,7 @@ type ratio struct{ exp, metric, num, den string }
 var ratios = []ratio{
 	{"createdestroy", "cycle_ms", "overlay-xfs", "overlay-ext4"},
 	{"createdestroy", "cycle_ms", "hardlink-ext4", "overlay-ext4"},
+	{"createdestroy", "cycle_ms", "overlay-bare-ext4", "overlay-ext4"},
 	{"createdestroy", "cycle_ms", "btrfs-snapshot", "overlay-ext4"},
 	{"createdestroy", "cycle_ms", "copy-ext4", "overlay-ext4"},
 	{"pagecache", "cached_mib", "btrfs-snapshot", "overlay-ext4"},
