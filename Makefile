@@ -58,7 +58,7 @@ kernel-patched: deps ## build the patched kernel
 kernel-%: deps ## build a tree made by scripts/kernel.sh devtree NAME
 	@scripts/kernel.sh build $*
 
-test: deps lint host-test fuzz-short kernel guest-test crash-short selftest series-check test-other-bases ## every check: lint, host tests, fuzz-short, both kernels, guest suite, hard cuts, selftest, series; other bases' kernels, suite and series
+test: deps lint host-test fuzz-short kernel guest-test crash-short selftest bench-check series-check test-other-bases ## every check: lint, host tests, fuzz-short, both kernels, guest suite, hard cuts, selftest, bench-check, series; other bases' kernels, suite and series
 	@echo "make test: all checks passed"
 
 # make test covers KBASE fully and every other kernel base with its two
@@ -81,6 +81,9 @@ lint: ## gofmt, go vet, staticcheck, shellcheck, actionlint, README's option tab
 	go vet -tags ovlkit_guest ./tests/guest/... ./cmd/ovlgraph
 	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags ovlkit_guest ./tests/guest/... ./cmd/ovlgraph
+	cd bench && go vet ./... && go vet -tags ovlkit_guest ./... \
+		&& go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... \
+		&& go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags ovlkit_guest ./...
 	@command -v shellcheck >/dev/null || { echo "lint: shellcheck is missing (make deps installs it)" >&2; exit 1; }
 	shellcheck -x -P SCRIPTDIR scripts/*.sh .ci/run
 	$(ACTIONLINT) .github/workflows/*.yml
@@ -88,9 +91,12 @@ lint: ## gofmt, go vet, staticcheck, shellcheck, actionlint, README's option tab
 		<(sed -n 's/^| `\([A-Z_]*\)=.*/\1/p' README.md | sort) \
 		|| { echo "lint: the options of README.md's table (>) and the Makefile's ## comments (<) differ" >&2; exit 1; }
 
-host-test: ## go test ./... on the host
+# The benchmark module (bench/, its own go.mod) has host tests too: the
+# experiments' statistics, tables and plots.
+host-test: ## go test ./... on the host, in the main and the benchmark module
 	@mkdir -p $(OUT)
-	set -o pipefail; go test -json -count=1 ./... | $(OVLVM) junit -label host -o $(OUT)/junit-host.xml
+	set -o pipefail; { go test -json -count=1 ./... && (cd bench && go test -json -count=1 ./...); } \
+		| $(OVLVM) junit -label host -o $(OUT)/junit-host.xml
 
 # Every Fuzz target of the repository, one after the other, for FUZZTIME
 # each (fuzz) or FUZZTIME_SHORT each (fuzz-short, part of make test), by
@@ -281,6 +287,35 @@ stress: deps kernel-patched ## the store under 64 goroutines, a second process a
 
 bench-pipeline: deps ## time the loop: builds, edit to result, boot to result
 	@scripts/bench-pipeline.sh
+
+# The article's claims measured (bench/experiments; see
+# Documentation/benchmarks.rst): container create/destroy, page cache
+# sharing, copy-up and the inodes of the hardlink layout, in one boot of
+# the patched kernel with ext4, xfs and btrfs disks. bench/cmd/benchplot
+# then prints a table per experiment and writes the tables, a PNG plot
+# per experiment and the JSON results into Documentation/. About half an
+# hour under TCG: not part of make test, which runs bench-check instead.
+BENCH_RUN = $(OVLVM) run -kernel patched -pkg ./bench/experiments -run '^$$' -bench . \
+	-fs ext4,xfs,btrfs -mem 1536 -env OVLKIT_BENCHTIME=1x
+.PHONY: bench bench-check
+bench: deps kernel-patched ## the article's claims: create/destroy, page cache, copy-up, inodes; tables, plots, results
+	@mkdir -p $(OUT)
+	@set -o pipefail; start=$$(date +%s); \
+	$(BENCH_RUN) -timeout 75m -test-timeout 70m -json $(abspath $(OUT))/bench.json 2>&1 | tee $(OUT)/bench.log; \
+	rc=$$?; echo "bench: guest run took $$(( $$(date +%s) - start ))s"; exit $$rc
+	@accel=$(ACCEL); if [ "$$accel" = auto ]; then \
+		accel=$$(sed -n 's/^ovlvm: accelerator: \([a-z]*\).*/\1/p' $(OUT)/bench.log | head -n 1); fi; \
+	cd bench && go run ./cmd/benchplot -in $(abspath $(OUT))/bench.json -accel "$$accel" \
+		-out $(CURDIR)/Documentation -results $(CURDIR)/Documentation/benchmarks.json
+
+# make bench shrunk (OVLKIT_EXP_QUICK: small sizes, two repetitions) to
+# check the experiments and benchplot end to end in under a minute; its
+# tables and plots go to $(OUT)/bench-check, never to Documentation/.
+bench-check: kernel-patched ## make bench shrunk to a minute, output under build/ (part of make test)
+	@mkdir -p $(OUT)/bench-check
+	$(BENCH_RUN) -env OVLKIT_EXP_QUICK=1 -timeout 15m -test-timeout 10m -json $(abspath $(OUT))/bench-check.json
+	cd bench && go run ./cmd/benchplot -in $(abspath $(OUT))/bench-check.json -out $(abspath $(OUT))/bench-check \
+		-results $(abspath $(OUT))/bench-check/results.json
 
 clean: ## remove build/
 	rm -rf $(OUT)
