@@ -270,7 +270,7 @@ crash: deps kernel-patched ## hard cuts: the store on ext4 and xfs, QEMU killed 
 # and a second process on one store, a mount namespace holding a layer's
 # mount as it is removed. make test's guest suite runs it with 1,000
 # operations on ext4; this is the long run. KCONFIG_EXTRA=debug runs it on
-# the debug kernel.
+# the debug kernel, with DEBUG_MEM and lockdep required as make test-debug.
 ## STRESS_OPS=10000: make stress's operations of the first process (the second does a quarter as many)
 STRESS_OPS ?= 10000
 ## STRESS_FS=ext4,xfs: make stress's filesystems
@@ -279,7 +279,8 @@ STRESS_FS ?= ext4,xfs
 stress: deps kernel-patched ## the store under 64 goroutines, a second process and a mount namespace: STRESS_OPS operations
 	@mkdir -p $(OUT)
 	@start=$$(date +%s); \
-	$(OVLVM) run -kernel patched -pkg ./tests/guest/stress -fs $(STRESS_FS) -mem 1024 \
+	$(OVLVM) run -kernel patched -pkg ./tests/guest/stress -fs $(STRESS_FS) \
+		$(if $(filter debug,$(KCONFIG_EXTRA)),-mem $(DEBUG_MEM) -env OVLKIT_LOCKDEP=required,-mem 1024) \
 		-env OVLKIT_STRESS_OPS=$(STRESS_OPS) -env OVLKIT_STRESS_FS=$(STRESS_FS) \
 		-timeout 180m -test-timeout 170m -json $(OUT)/guest-stress.json; \
 	rc=$$?; grep -o 'stress-row: [^"\\]*' $(OUT)/guest-stress.json | sort -u; \
