@@ -39,7 +39,12 @@ func init() {
 // benchmark function, which is setup, not what is measured.
 var probed sync.Map // device number -> ovl.Features
 
+// initGraphDriver opens the store in root, which graphdriver.New names
+// after the driver under its own root and leaves to the driver to make.
 func initGraphDriver(root string, _ []string, _ user.IdentityMapping) (graphdriver.Driver, error) {
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, err
+	}
 	var st unix.Stat_t
 	if err := unix.Stat(root, &st); err != nil {
 		return nil, err
