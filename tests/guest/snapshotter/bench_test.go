@@ -23,7 +23,8 @@ import (
 
 // contenders are the snapshotters the benchmarks compare, side by side in
 // one boot on one filesystem: containerd's overlay snapshotter (which
-// syncs nothing), and ovlkit's with the store's two sync policies.
+// flushes its bolt metadata and none of its directories), and ovlkit's
+// with the store's two sync policies.
 func contenders(f *ovl.Features) []struct {
 	name string
 	open func(root string) (snapshots.Snapshotter, error)
