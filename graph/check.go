@@ -166,7 +166,15 @@ func (s *Store) checkMounts(id string) error {
 	if err != nil {
 		return err
 	}
-	if mounted := isMounted(s.mergedDir(id)); mounted != (m.Refs > 0) {
+	mounted := isMounted(s.mergedDir(id))
+	if m.Dir {
+		// Its diff directory is handed out; nothing is mounted.
+		if mounted {
+			return fmt.Errorf("%d references to the diff directory but mounted", m.Refs)
+		}
+		return nil
+	}
+	if mounted != (m.Refs > 0) {
 		return fmt.Errorf("mount count %d but mounted=%v", m.Refs, mounted)
 	}
 	return nil

@@ -27,6 +27,12 @@ import (
 type mountRecord struct {
 	Refs     int
 	ReadOnly bool
+	// Dir: the references are to the layer's diff directory itself,
+	// which Get hands out without a mount (see Store.direct). Boot is the
+	// boot they were taken in: with no mount for the kernel to list, it
+	// is what tells a live count from one a reboot left.
+	Dir  bool
+	Boot string
 }
 
 // mountsXattr is the name, after the namespace, of the record's xattr.
@@ -48,23 +54,37 @@ func (s *Store) xattrName(name string) string {
 
 func (s *Store) mountsAttr() string { return s.xattrName(mountsXattr) }
 
+// encode writes "<refs> ro", "<refs> rw" or "<refs> dir <boot>".
 func (m mountRecord) encode() []byte {
 	v := strconv.Itoa(m.Refs)
-	if m.ReadOnly {
+	switch {
+	case m.Dir:
+		v += " dir " + m.Boot
+	case m.ReadOnly:
 		v += " ro"
-	} else {
+	default:
 		v += " rw"
 	}
 	return []byte(v)
 }
 
 func decodeMountRecord(b []byte) (mountRecord, error) {
-	n, mode, ok := strings.Cut(string(b), " ")
+	n, rest, ok := strings.Cut(string(b), " ")
+	mode, boot, hasBoot := strings.Cut(rest, " ")
 	refs, err := strconv.Atoi(n)
-	if !ok || err != nil || refs < 0 || (mode != "ro" && mode != "rw") {
+	ok = ok && err == nil && refs >= 0
+	switch mode {
+	case "ro", "rw":
+		ok = ok && !hasBoot
+	case "dir":
+		ok = ok && boot != "" && !strings.Contains(boot, " ")
+	default:
+		ok = false
+	}
+	if !ok {
 		return mountRecord{}, fmt.Errorf("malformed mount record %q", b)
 	}
-	return mountRecord{Refs: refs, ReadOnly: mode == "ro"}, nil
+	return mountRecord{Refs: refs, ReadOnly: mode == "ro", Dir: mode == "dir", Boot: boot}, nil
 }
 
 // layerLock is a held per-layer lock: an open descriptor of the layer
@@ -87,7 +107,7 @@ func (l *layerLock) mounts() (mountRecord, error) {
 // readMountRecord decodes the record get reads into buf; no xattr (or no
 // layer directory) is no record.
 func readMountRecord(id string, get func(buf []byte) (int, error)) (mountRecord, error) {
-	var buf [32]byte
+	var buf [64]byte // "<refs> dir <boot tag>" fits
 	n, err := get(buf[:])
 	if errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOENT) {
 		return mountRecord{}, nil
@@ -129,9 +149,17 @@ func (s *Store) lockMounts(ctx context.Context, op, id string) (*layerLock, moun
 }
 
 // live reports whether record m of id counts a mount that is there: a
-// count left by a crashed process or a reboot is not one.
+// count left by a crashed process or a reboot is not one. References to
+// the diff directory are live in the boot that took them; like a mount,
+// they outlive a process that exits without Put, until Cleanup.
 func (s *Store) live(id string, m mountRecord) bool {
-	return m.Refs > 0 && isMounted(s.mergedDir(id))
+	if m.Refs == 0 {
+		return false
+	}
+	if m.Dir {
+		return s.bootTag != "" && m.Boot == s.bootTag
+	}
+	return isMounted(s.mergedDir(id))
 }
 
 // isMounted reports whether the layer's merged directory is an overlay

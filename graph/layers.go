@@ -30,7 +30,7 @@ type LayerInfo struct {
 	Created    time.Time `json:"created"`
 	Mounts     int       `json:"mounts"`
 	ReadOnly   bool      `json:"read_only,omitempty"`
-	Path       string    `json:"path,omitempty"` // mount point while mounted
+	Path       string    `json:"path,omitempty"` // what Get returned, while referenced
 	// Holds are the mounts callers made themselves (Acquire, View).
 	Holds map[string]Hold `json:"holds,omitempty"`
 }
@@ -50,7 +50,7 @@ func (s *Store) info(id string, r *layerRecord) (LayerInfo, error) {
 	}
 	li.Mounts, li.ReadOnly = m.Refs, m.ReadOnly
 	if m.Refs > 0 {
-		li.Path = s.mergedDir(id)
+		li.Path = s.rootPath(id, m)
 	}
 	return li, nil
 }
@@ -460,7 +460,8 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 }
 
 // Get mounts id (on first use) and returns the path of its root. Every Get
-// needs a Put.
+// needs a Put. A writable layer without a parent is not mounted: its root
+// is its diff directory (see direct).
 //
 // ctx bounds the waits for the layer's lock and, when the state changed
 // since this process last read it, the store lock; it is checked once
@@ -473,20 +474,20 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	defer l.unlock()
-	merged := s.mergedDir(id)
 	if live {
 		m.Refs++
 		if err := l.setMounts(m); err != nil {
 			return "", fmt.Errorf("get: %w", err)
 		}
-		return merged, nil
+		return s.rootPath(id, m), nil
 	}
+	merged := s.mergedDir(id)
 	// No mount, or a count left by a crashed process: mount afresh. The
 	// layer's lock keeps its record, its chain and its children as they
 	// are, so the state as last seen serves when nobody changed it.
 	var (
-		cfg         ovl.Config
-		ro, written bool
+		cfg                 ovl.Config
+		ro, written, direct bool
 	)
 	err = s.peek(ctx, func(st *state) error {
 		r, ok := st.Layers[id]
@@ -505,10 +506,14 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 			return fmt.Errorf("get %s: held by %v: %w", id, sortedHolders(r.Holds), ErrMounted)
 		}
 		written = !ro && r.Applied && !r.Written
+		direct = s.direct(r, ro)
 		return nil
 	})
 	if err != nil {
 		return "", err
+	}
+	if direct {
+		return s.getDirect(ctx, l, id, written)
 	}
 	if s.volatile && !ro {
 		if err := s.prepareVolatile(l); err != nil {
@@ -565,8 +570,10 @@ func (s *Store) Put(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	if err := s.unmount(s.mergedDir(id)); err != nil {
-		return fmt.Errorf("put %s: %w", id, err)
+	if !m.Dir {
+		if err := s.unmount(s.mergedDir(id)); err != nil {
+			return fmt.Errorf("put %s: %w", id, err)
+		}
 	}
 	if err := l.setMounts(mountRecord{}); err != nil {
 		return fmt.Errorf("put: %w", err)

@@ -27,8 +27,9 @@ type Status struct {
 	Mounted     []Mount  `json:"mounted,omitempty"`
 }
 
-// Mount is a mounted layer and, where the kernel reports them, its
-// copy-up statistics.
+// Mount is a layer that Get references (mounted, or its diff directory
+// for a layer without a parent, see Store.Get) and, where the kernel
+// reports them, its copy-up statistics.
 type Mount struct {
 	ID       string            `json:"id"`
 	Path     string            `json:"path"`
@@ -59,7 +60,7 @@ func (s *Store) Status() (Status, error) {
 				return err
 			}
 			if m.Refs > 0 {
-				mounted = append(mounted, Mount{ID: id, Path: s.mergedDir(id), Refs: m.Refs, ReadOnly: m.ReadOnly})
+				mounted = append(mounted, Mount{ID: id, Path: s.rootPath(id, m), Refs: m.Refs, ReadOnly: m.ReadOnly})
 			}
 		}
 		return nil

@@ -175,6 +175,7 @@ type Store struct {
 	strict   bool     // mounts carry strict_upper
 	volatile bool
 	boot     string // this boot's ID, for volatile mounts
+	bootTag  string // a digest of it, for references to diff directories
 	limits   layer.Limits
 	log      *slog.Logger
 
@@ -464,10 +465,14 @@ func (s *Store) chooseOptions(opts Options) error {
 	if opts.Volatile && opts.FsyncStrict {
 		return errors.New("options Volatile and FsyncStrict contradict each other")
 	}
-	if s.volatile = opts.Volatile; s.volatile {
-		if s.boot, err = bootID(); err != nil {
-			return err
-		}
+	// The boot ID dates volatile mounts and references to diff
+	// directories (see direct); only the former cannot do without it.
+	boot, err := bootID()
+	if s.volatile = opts.Volatile; s.volatile && err != nil {
+		return err
+	}
+	if err == nil {
+		s.boot, s.bootTag = boot, bootTag(boot)
 	}
 	if opts.FsyncStrict {
 		if !s.feat.FsyncStrict {
