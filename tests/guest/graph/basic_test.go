@@ -288,7 +288,7 @@ func TestMountDataBoundary(t *testing.T) {
 func TestRefcount(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite(context.Background(), "c", ""))
+		mountableLayer(t, s, "c")
 		p1 := get(t, s, "c")
 		p2 := get(t, s, "c")
 		if p1 != p2 {
@@ -427,7 +427,7 @@ func mountedIn(t *testing.T, pid int, path string) bool {
 func TestMountLeakToNamespace(t *testing.T) {
 	forEach(t, func(t *testing.T, fs guesttest.FS, layout graph.Layout) {
 		s := newStore(t, fs, layout)
-		must(t, s.CreateReadWrite(context.Background(), "c", ""))
+		mountableLayer(t, s, "c")
 		p := get(t, s, "c")
 		guestfs.Write(t, filepath.Join(p, "data"), "v1", 0o644)
 		h := holder(t)
@@ -444,7 +444,7 @@ func TestMountLeakToNamespace(t *testing.T) {
 			t.Error("the other namespace still holds the mount after Put")
 		}
 		must(t, s.Remove(context.Background(), "c"))
-		must(t, s.CreateReadWrite(context.Background(), "c", ""))
+		must(t, s.CreateReadWrite(context.Background(), "c", "c-base"))
 		p = get(t, s, "c")
 		guestfs.Write(t, filepath.Join(p, "data"), "v2", 0o644)
 		put(t, s, "c")
@@ -459,7 +459,7 @@ func TestRefcountAcrossStores(t *testing.T) {
 		s2, err := graph.Open(s1.Home(), graph.Options{Features: features(t, fs)})
 		must(t, err)
 		defer s2.Close()
-		must(t, s1.CreateReadWrite(context.Background(), "c", ""))
+		mountableLayer(t, s1, "c")
 		p := get(t, s1, "c")
 		get(t, s2, "c")
 		li, err := s2.Layer("c")
@@ -475,6 +475,15 @@ func TestRefcountAcrossStores(t *testing.T) {
 			t.Errorf("remove after the last Put: %v", err)
 		}
 	})
+}
+
+// mountableLayer makes a container layer id on an empty image layer
+// id-base: Get mounts it, where a layer without a parent is handed out as
+// its diff directory (see TestGetWithoutParent).
+func mountableLayer(t *testing.T, s *graph.Store, id string) {
+	t.Helper()
+	must(t, s.Create(context.Background(), id+"-base", ""))
+	must(t, s.CreateReadWrite(context.Background(), id, id+"-base"))
 }
 
 // wantMounted fails the test unless path is (or is not) an overlay mount.

@@ -57,7 +57,7 @@ func TestStatusProbes(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(home, "features.json")); err != nil {
 			t.Errorf("probe result not cached: %v", err)
 		}
-		must(t, s.CreateReadWrite(context.Background(), "c", ""))
+		mountableLayer(t, s, "c")
 		// The kernel shows index= only when it differs from the module
 		// default: with the default turned on, a layer mount must say off
 		// (containerd #4311: index=on makes leaked mounts EBUSY).
@@ -134,7 +134,7 @@ func TestMountsUseStrictUpper(t *testing.T) {
 	guesttest.Proves(t, "ovl: add strict_upper option to fail instead of degrading")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		s := newStore(t, fs, graph.LayoutOverlay)
-		must(t, s.CreateReadWrite(context.Background(), "c", ""))
+		mountableLayer(t, s, "c")
 		p := get(t, s, "c")
 		if opts := mountOptions(t, p); !strings.Contains(opts, "strict_upper") {
 			t.Errorf("layer mount options %q lack strict_upper", opts)
@@ -148,7 +148,7 @@ func TestFsyncStrictOption(t *testing.T) {
 	guesttest.Proves(t, "ovl: add fsync=auto|strict|volatile mount option")
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
 		s := newStore(t, fs, graph.LayoutOverlay, func(o *graph.Options) { o.FsyncStrict = true })
-		must(t, s.CreateReadWrite(context.Background(), "c", ""))
+		mountableLayer(t, s, "c")
 		p := get(t, s, "c")
 		if opts := mountOptions(t, p); !strings.Contains(opts, "fsync=strict") {
 			t.Errorf("layer mount options %q lack fsync=strict", opts)
