@@ -90,9 +90,9 @@ func TestRunWritesTablesPlotsResults(t *testing.T) {
 	out := stdout.String()
 	for _, want := range []string{
 		// cycle of overlay-ext4 at N=1: 3,6,9,12,15 → median 9.
-		"overlay-ext4       1   6.00       3.00        9.00 (3.00–15.0)    111           1\n",
+		"overlay-ext4       1   6.00       3.00        9.00 (3.00–15.0)    111           1                     –\n",
 		// copy-ext4 is five times overlay-ext4 in every repetition.
-		"copy-ext4          10  30.0       15.0        45.0 (15.0–75.0)    22.2          5.00\n",
+		"copy-ext4          10  30.0       15.0        45.0 (15.0–75.0)    22.2          5.00                  –",
 		// page cache: copies grow with N, overlay does not.
 		"copy-ext4       10  200 (200–200)                10.0          9.91 (9.82–10.0)",
 		// strict against direct and against auto on ext4.

@@ -18,6 +18,7 @@ var ratios = []ratio{
 	{"createdestroy", "cycle_ms", "overlay-xfs", "overlay-ext4"},
 	{"createdestroy", "cycle_ms", "hardlink-ext4", "overlay-ext4"},
 	{"createdestroy", "cycle_ms", "overlay-bare-ext4", "overlay-ext4"},
+	{"createdestroy", "cycle_ms", "btrfs-snapshot", "overlay-bare-ext4"},
 	{"createdestroy", "cycle_ms", "btrfs-snapshot", "overlay-ext4"},
 	{"createdestroy", "cycle_ms", "copy-ext4", "overlay-ext4"},
 	{"pagecache", "cached_mib", "btrfs-snapshot", "overlay-ext4"},
@@ -200,13 +201,17 @@ func (r *Report) createDestroy() error {
 			if cs != "overlay-ext4" {
 				vs = r.cell(exp, cs+"/overlay-ext4", x, "cycle_ms", true)
 			}
+			bare := "1"
+			if cs != "overlay-bare-ext4" {
+				bare = r.cell(exp, cs+"/overlay-bare-ext4", x, "cycle_ms", true)
+			}
 			rows = append(rows, []string{cs, count(x),
 				r.cell(exp, cs, x, "create_ms", false), r.cell(exp, cs, x, "destroy_ms", false),
-				r.cell(exp, cs, x, "cycle_ms", true), r.cell(exp, cs, x, "throughput", false), vs})
+				r.cell(exp, cs, x, "cycle_ms", true), r.cell(exp, cs, x, "throughput", false), vs, bare})
 		}
 	}
 	if err := r.addTable(exp, "Experiment 1: create+mount and unmount+remove, per container",
-		[]string{"case", "N", "create ms", "destroy ms", "cycle ms (min–max)", "containers/s", "cycle × overlay-ext4"}, rows); err != nil {
+		[]string{"case", "N", "create ms", "destroy ms", "cycle ms (min–max)", "containers/s", "cycle × overlay-ext4", "cycle × overlay-bare-ext4"}, rows); err != nil {
 		return err
 	}
 	r.charts["bench-createdestroy.png"] = chart{
