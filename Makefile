@@ -305,8 +305,8 @@ bench-pipeline: deps ## time the loop: builds, edit to result, boot to result
 # sharing, copy-up and the inodes of the hardlink layout, in one boot of
 # the patched kernel with ext4, xfs and btrfs disks. bench/cmd/benchplot
 # then prints a table per experiment and writes the tables, a PNG plot
-# per experiment and the JSON results into Documentation/. About half an
-# hour under TCG: not part of make test, which runs bench-check instead.
+# per experiment and the JSON results into Documentation/. About 14
+# minutes under TCG: not part of make test, which runs bench-check instead.
 BENCH_RUN = $(OVLVM) run -kernel patched -pkg ./bench/experiments -run '^$$' -bench . \
 	-fs ext4,xfs,btrfs -mem 1536 -env OVLKIT_BENCHTIME=1x
 .PHONY: bench bench-check
