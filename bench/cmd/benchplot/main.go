@@ -56,7 +56,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.WriteString(stdout, rep.text("")); err != nil {
+	if _, err := io.WriteString(stdout, rep.text("", false)); err != nil {
 		return err
 	}
 	if *out != "" {

@@ -110,7 +110,7 @@ func TestRunWritesTablesPlotsResults(t *testing.T) {
 	}
 	for exp, want := range map[string]string{"env": "The guest", "createdestroy": "Experiment 1", "pagecache": "Experiment 2", "copyup": "Experiment 3", "inodes": "Experiment 4"} {
 		tables, err := os.ReadFile(filepath.Join(dir, "bench-"+exp+".rst"))
-		if err != nil || !strings.Contains(string(tables), want) || (exp != "env" && strings.Count(string(tables), "Experiment ") != strings.Count(string(tables), want)) {
+		if err != nil || !strings.Contains(string(tables), "**"+want) || (exp != "env" && strings.Count(string(tables), "Experiment ") != strings.Count(string(tables), want)) {
 			t.Errorf("tables of %s: %v\n%s", exp, err, tables)
 		}
 	}
