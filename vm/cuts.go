@@ -39,10 +39,6 @@ import (
 // drive's volatile write cache losing or reordering flushed-but-unwritten
 // blocks is what the dm-log-writes replay (tests/guest/crash) covers.
 
-// CutPort is the name of the virtio-serial port of the cut protocol; the
-// guest finds it under /sys/class/virtio-ports by this name.
-const CutPort = "ovlkit.cuts"
-
 // CutsConfig describes a run of hard cuts. Config gives the kernel, the
 // initramfs, the guest package (tests/guest/cuts), the filesystems, QEMU,
 // the memory, the work directory and, in Timeout, the limit for each boot.
@@ -80,18 +76,10 @@ type CutsFS struct {
 // OK reports whether every cut checked clean.
 func (r *CutsResult) OK() bool { return len(r.Failures) == 0 }
 
-// cutStart is the first thing the host tells each boot.
-type cutStart struct {
-	Boot int    `json:"boot"`
-	Seed uint64 `json:"seed"`
-	// Run: run the workload after the check (every boot but the last).
-	Run bool `json:"run"`
-}
-
 // bootOutcome is what one boot sent and what became of it.
 type bootOutcome struct {
-	reports  map[string]CutReport
-	acks     map[string][]CutAck
+	reports  map[string]guestproto.CutReport
+	acks     map[string][]guestproto.CutAck
 	lastOp   map[string]string
 	fails    []string // guest-side failures and protocol problems
 	fsck     map[string]string
@@ -249,7 +237,7 @@ func (o *bootOutcome) summary(fss []string, failed []string) string {
 // boot runs one guest: check, then (run) a workload cut off at a moment
 // the seed picks.
 func (c *CutsConfig) boot(ctx context.Context, n int, seed uint64, run bool, initrd string, disks map[string]string) (*bootOutcome, error) {
-	out := &bootOutcome{reports: map[string]CutReport{}, acks: map[string][]CutAck{},
+	out := &bootOutcome{reports: map[string]guestproto.CutReport{}, acks: map[string][]guestproto.CutAck{},
 		lastOp: map[string]string{}, fsck: map[string]string{}}
 	sock := filepath.Join(c.WorkDir, "cuts.sock")
 	os.Remove(sock)
@@ -257,7 +245,7 @@ func (c *CutsConfig) boot(ctx context.Context, n int, seed uint64, run bool, ini
 	qargs := c.qemuArgs(disks, resultsPath,
 		// wait=on: the guest does not start before the host listens.
 		"-chardev", "socket,id=cuts,path="+sock+",server=on,wait=on",
-		"-device", "virtserialport,chardev=cuts,name="+CutPort,
+		"-device", "virtserialport,chardev=cuts,name="+guestproto.CutPort,
 	)
 	serialPath := filepath.Join(c.WorkDir, fmt.Sprintf("serial-%d.log", n))
 	m, err := c.startMachine(ctx, initrd, serialPath, qargs, nil)
@@ -343,9 +331,9 @@ func (c *CutsConfig) converse(conn net.Conn, m *qemu.VM, seed uint64, n int, run
 		mu.Lock()
 		switch verb {
 		case "hello":
-			send("start", cutStart{Boot: n, Seed: seed, Run: run})
+			send("start", guestproto.CutStart{Boot: n, Seed: seed, Run: run})
 		case "report":
-			var r CutReport
+			var r guestproto.CutReport
 			if err := json.Unmarshal([]byte(payload), &r); err != nil {
 				out.fails = append(out.fails, fmt.Sprintf("report of %s: %v", fs, err))
 			} else {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // The records of the hard-cut protocol (tests/guest/cuts speaks the guest
@@ -13,59 +15,6 @@ import (
 // what reached it before it killed the VM, as a client only knows what it
 // was told. After the next boot the guest reports what the store holds,
 // and the host judges that against what was acknowledged.
-
-// CutAck is one acknowledged store operation.
-type CutAck struct {
-	// Op is init (the store was created), create, apply, write (a file
-	// written and fsynced through a container layer's mount and the
-	// layer put) or remove.
-	Op     string `json:"op"`
-	ID     string `json:"id,omitempty"`
-	Parent string `json:"parent,omitempty"`
-	RW     bool   `json:"rw,omitempty"`
-	// Files: for apply, the layer's regular files and symlinks (path to
-	// sha256, or "-> target"); for write, the one file written.
-	Files map[string]string `json:"files,omitempty"`
-}
-
-// CutReport is what the guest found on one filesystem after a cut: the
-// filesystem mounted (its journal replayed), the store opened (its
-// recovery run), checked, verified, read back, cleaned up and closed.
-type CutReport struct {
-	FS string `json:"fs"`
-	// Store: a store was found and opened. OpenError says why not when
-	// a store directory exists but Open failed.
-	Store     bool   `json:"store"`
-	OpenError string `json:"open_error,omitempty"`
-	// MountMillis is how long the mount (and so the journal or log
-	// recovery) took.
-	MountMillis int64 `json:"mount_ms"`
-	// Problems are Check's findings after Open.
-	Problems []string `json:"problems,omitempty"`
-	// Staging lists what Open's recovery left in staging/.
-	Staging []string `json:"staging,omitempty"`
-	// Mounts lists mounts left under the store after Cleanup.
-	Mounts []string `json:"mounts,omitempty"`
-	// Errors are the guest's failures to look (a Diff that failed, say).
-	Errors []string   `json:"errors,omitempty"`
-	Layers []CutLayer `json:"layers,omitempty"`
-}
-
-// CutLayer is one layer as the guest found it.
-type CutLayer struct {
-	ID     string `json:"id"`
-	Parent string `json:"parent,omitempty"`
-	RW     bool   `json:"rw,omitempty"`
-	// State is Verify's verdict (ok, empty, changed, damaged, ...).
-	State  string   `json:"state"`
-	Damage []string `json:"damage,omitempty"`
-	// Files are the layer's own regular files and symlinks as its Diff
-	// shows them (path to sha256, or "-> target").
-	Files map[string]string `json:"files,omitempty"`
-	// Bad: an applied image layer whose content is not the one the
-	// workload makes for its ID.
-	Bad []string `json:"bad,omitempty"`
-}
 
 // cutModel is what one filesystem's store must hold: everything
 // acknowledged, and nothing whose removal was acknowledged.
@@ -77,7 +26,7 @@ type cutModel struct {
 	// underWay is the operation the guest announced and had not
 	// acknowledged when the power went, if any: a remove of a layer
 	// may have happened.
-	underWay *CutAck
+	underWay *guestproto.CutAck
 }
 
 type modelLayer struct {
@@ -93,7 +42,7 @@ func newCutModel() *cutModel {
 
 // ack records an acknowledged operation; an ack that does not fit the
 // model (an apply of a layer never created) is an error of the protocol.
-func (m *cutModel) ack(a CutAck) error {
+func (m *cutModel) ack(a guestproto.CutAck) error {
 	m.acked++
 	switch a.Op {
 	case "init":
@@ -147,7 +96,7 @@ func copyFiles(f map[string]string) map[string]string {
 //     may be there or not);
 //   - at most one layer the model does not know: the one operation that
 //     was under way when the power went.
-func (m *cutModel) judge(r CutReport) []string {
+func (m *cutModel) judge(r guestproto.CutReport) []string {
 	var v []string
 	add := func(f string, a ...any) { v = append(v, fmt.Sprintf(f, a...)) }
 	if r.OpenError != "" {
@@ -171,7 +120,7 @@ func (m *cutModel) judge(r CutReport) []string {
 	for _, e := range r.Errors {
 		add("guest: %s", e)
 	}
-	found := map[string]CutLayer{}
+	found := map[string]guestproto.CutLayer{}
 	unknown := 0
 	for _, l := range r.Layers {
 		found[l.ID] = l
@@ -226,7 +175,7 @@ func (m *cutModel) judge(r CutReport) []string {
 
 // adopt makes the model what the guest found, once judged: what the
 // operation under way at the cut left behind is known from then on.
-func (m *cutModel) adopt(r CutReport) {
+func (m *cutModel) adopt(r guestproto.CutReport) {
 	m.store = r.Store
 	m.underWay = nil
 	layers := map[string]*modelLayer{}
@@ -291,8 +240,8 @@ func parseCutLine(line string) (verb, fs, payload string) {
 	return verb, fs, payload
 }
 
-func decodeAck(payload string) (CutAck, error) {
-	var a CutAck
+func decodeAck(payload string) (guestproto.CutAck, error) {
+	var a guestproto.CutAck
 	if err := json.Unmarshal([]byte(payload), &a); err != nil {
 		return a, fmt.Errorf("ack %q: %w", payload, err)
 	}

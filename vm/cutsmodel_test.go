@@ -3,10 +3,12 @@ package vm
 import (
 	"strings"
 	"testing"
+
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
 
 // acked builds a model from acks, failing on a protocol error.
-func acked(t *testing.T, acks ...CutAck) *cutModel {
+func acked(t *testing.T, acks ...guestproto.CutAck) *cutModel {
 	t.Helper()
 	m := newCutModel()
 	for _, a := range acks {
@@ -19,7 +21,7 @@ func acked(t *testing.T, acks ...CutAck) *cutModel {
 
 var (
 	baseFiles = map[string]string{"/d/big": "aa", "/link": "-> d/big"}
-	baseAcks  = []CutAck{
+	baseAcks  = []guestproto.CutAck{
 		{Op: "init"},
 		{Op: "create", ID: "base"},
 		{Op: "apply", ID: "base", Files: baseFiles},
@@ -28,8 +30,8 @@ var (
 	}
 )
 
-func soundReport() CutReport {
-	return CutReport{FS: "ext4", Store: true, Layers: []CutLayer{
+func soundReport() guestproto.CutReport {
+	return guestproto.CutReport{FS: "ext4", Store: true, Layers: []guestproto.CutLayer{
 		{ID: "base", State: "ok", Files: map[string]string{"/d/big": "aa", "/link": "-> d/big"}},
 		{ID: "ctr", Parent: "base", RW: true, State: "empty", Files: map[string]string{"/w-0-1": "bb"}},
 	}}
@@ -52,33 +54,37 @@ func TestCutJudgeSound(t *testing.T) {
 	}
 	// The operation under way at the cut may have left one layer.
 	r := soundReport()
-	r.Layers = append(r.Layers, CutLayer{ID: "i1-7", Parent: "base", State: "empty"})
+	r.Layers = append(r.Layers, guestproto.CutLayer{ID: "i1-7", Parent: "base", State: "empty"})
 	if v := m.judge(r); len(v) > 0 {
 		t.Errorf("one unacknowledged layer: %q", v)
 	}
-	r.Layers = append(r.Layers, CutLayer{ID: "i1-8", State: "empty"})
+	r.Layers = append(r.Layers, guestproto.CutLayer{ID: "i1-8", State: "empty"})
 	wantViolation(t, m.judge(r), "2 layers whose create was never acknowledged")
 }
 
 func TestCutJudgeLosses(t *testing.T) {
 	cases := []struct {
 		name  string
-		edit  func(r *CutReport)
+		edit  func(r *guestproto.CutReport)
 		wants string
 	}{
-		{"layer gone", func(r *CutReport) { r.Layers = r.Layers[1:] }, "base: its create was acknowledged, but it is gone"},
-		{"apply lost", func(r *CutReport) { r.Layers[0].State, r.Layers[0].Files = "empty", nil }, "its apply was acknowledged, but verify says empty"},
-		{"content", func(r *CutReport) { r.Layers[0].Files = map[string]string{"/d/big": "00", "/link": "-> d/big"} }, "changed /d/big"},
-		{"damaged", func(r *CutReport) { r.Layers[0].State, r.Layers[0].Damage = "damaged", []string{"/d/big: size 0"} }, "not complete: verify says damaged: /d/big: size 0"},
-		{"write lost", func(r *CutReport) { r.Layers[1].Files = nil }, "acknowledged write of /w-0-1 is lost"},
-		{"write torn", func(r *CutReport) { r.Layers[1].Files = map[string]string{"/w-0-1": "cc"} }, "reads back as cc"},
-		{"parent", func(r *CutReport) { r.Layers[1].Parent = "" }, `parent "" rw=true`},
-		{"check", func(r *CutReport) { r.Problems = []string{"l/X belongs to no layer"} }, "check: l/X belongs to no layer"},
-		{"staging", func(r *CutReport) { r.Staging = []string{"apply-x"} }, "left in staging/ after recovery: apply-x"},
-		{"mounts", func(r *CutReport) { r.Mounts = []string{"/mnt/cuts/ext4/store/layers/base/merged"} }, "mounted after Cleanup"},
-		{"bad content", func(r *CutReport) { r.Layers[0].Bad = []string{"content is not the workload's"} }, "base: content is not the workload's"},
-		{"store gone", func(r *CutReport) { *r = CutReport{FS: "ext4"} }, "no store is there"},
-		{"open fails", func(r *CutReport) { *r = CutReport{FS: "ext4", OpenError: "state.log: torn"} }, "open: state.log: torn"},
+		{"layer gone", func(r *guestproto.CutReport) { r.Layers = r.Layers[1:] }, "base: its create was acknowledged, but it is gone"},
+		{"apply lost", func(r *guestproto.CutReport) { r.Layers[0].State, r.Layers[0].Files = "empty", nil }, "its apply was acknowledged, but verify says empty"},
+		{"content", func(r *guestproto.CutReport) {
+			r.Layers[0].Files = map[string]string{"/d/big": "00", "/link": "-> d/big"}
+		}, "changed /d/big"},
+		{"damaged", func(r *guestproto.CutReport) {
+			r.Layers[0].State, r.Layers[0].Damage = "damaged", []string{"/d/big: size 0"}
+		}, "not complete: verify says damaged: /d/big: size 0"},
+		{"write lost", func(r *guestproto.CutReport) { r.Layers[1].Files = nil }, "acknowledged write of /w-0-1 is lost"},
+		{"write torn", func(r *guestproto.CutReport) { r.Layers[1].Files = map[string]string{"/w-0-1": "cc"} }, "reads back as cc"},
+		{"parent", func(r *guestproto.CutReport) { r.Layers[1].Parent = "" }, `parent "" rw=true`},
+		{"check", func(r *guestproto.CutReport) { r.Problems = []string{"l/X belongs to no layer"} }, "check: l/X belongs to no layer"},
+		{"staging", func(r *guestproto.CutReport) { r.Staging = []string{"apply-x"} }, "left in staging/ after recovery: apply-x"},
+		{"mounts", func(r *guestproto.CutReport) { r.Mounts = []string{"/mnt/cuts/ext4/store/layers/base/merged"} }, "mounted after Cleanup"},
+		{"bad content", func(r *guestproto.CutReport) { r.Layers[0].Bad = []string{"content is not the workload's"} }, "base: content is not the workload's"},
+		{"store gone", func(r *guestproto.CutReport) { *r = guestproto.CutReport{FS: "ext4"} }, "no store is there"},
+		{"open fails", func(r *guestproto.CutReport) { *r = guestproto.CutReport{FS: "ext4", OpenError: "state.log: torn"} }, "open: state.log: torn"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -90,7 +96,7 @@ func TestCutJudgeLosses(t *testing.T) {
 }
 
 func TestCutJudgeRemoved(t *testing.T) {
-	m := acked(t, append(baseAcks, CutAck{Op: "remove", ID: "ctr"})...)
+	m := acked(t, append(baseAcks, guestproto.CutAck{Op: "remove", ID: "ctr"})...)
 	r := soundReport()
 	wantViolation(t, m.judge(r), "ctr: its remove was acknowledged, but it is back")
 	r.Layers = r.Layers[:1]
@@ -103,13 +109,13 @@ func TestCutJudgeRemoved(t *testing.T) {
 // acknowledged may be gone; any other acknowledged layer may not.
 func TestCutJudgeRemoveUnderWay(t *testing.T) {
 	m := acked(t, baseAcks...)
-	m.underWay = &CutAck{Op: "remove", ID: "ctr"}
+	m.underWay = &guestproto.CutAck{Op: "remove", ID: "ctr"}
 	r := soundReport()
 	r.Layers = r.Layers[:1]
 	if v := m.judge(r); len(v) > 0 {
 		t.Errorf("layer whose remove was under way is gone: %q", v)
 	}
-	m.underWay = &CutAck{Op: "remove", ID: "other"}
+	m.underWay = &guestproto.CutAck{Op: "remove", ID: "other"}
 	wantViolation(t, m.judge(r), "ctr: its create was acknowledged, but it is gone")
 	m.adopt(soundReport())
 	if m.underWay != nil {
@@ -119,7 +125,7 @@ func TestCutJudgeRemoveUnderWay(t *testing.T) {
 
 func TestCutJudgeNoStoreYet(t *testing.T) {
 	// A store whose creation was never acknowledged may be absent.
-	if v := newCutModel().judge(CutReport{FS: "xfs"}); len(v) > 0 {
+	if v := newCutModel().judge(guestproto.CutReport{FS: "xfs"}); len(v) > 0 {
 		t.Errorf("absent store, nothing acknowledged: %q", v)
 	}
 }
@@ -129,7 +135,7 @@ func TestCutJudgeNoStoreYet(t *testing.T) {
 func TestCutAdopt(t *testing.T) {
 	m := acked(t, baseAcks...)
 	r := soundReport()
-	r.Layers = append(r.Layers, CutLayer{ID: "i1-7", Parent: "base", State: "ok", Files: map[string]string{"/d/big": "dd"}})
+	r.Layers = append(r.Layers, guestproto.CutLayer{ID: "i1-7", Parent: "base", State: "ok", Files: map[string]string{"/d/big": "dd"}})
 	r.Layers[1].Files["/w-1-3"] = "ee" // a write under way, kept
 	if v := m.judge(r); len(v) > 0 {
 		t.Fatalf("judge: %q", v)
@@ -147,14 +153,14 @@ func TestCutAdopt(t *testing.T) {
 
 func TestCutAckProtocol(t *testing.T) {
 	m := newCutModel()
-	if err := m.ack(CutAck{Op: "apply", ID: "x"}); err == nil {
+	if err := m.ack(guestproto.CutAck{Op: "apply", ID: "x"}); err == nil {
 		t.Error("apply of an unknown layer accepted")
 	}
-	if err := m.ack(CutAck{Op: "mkfs"}); err == nil {
+	if err := m.ack(guestproto.CutAck{Op: "mkfs"}); err == nil {
 		t.Error("unknown operation accepted")
 	}
-	m = acked(t, CutAck{Op: "create", ID: "x"})
-	if err := m.ack(CutAck{Op: "create", ID: "x"}); err == nil {
+	m = acked(t, guestproto.CutAck{Op: "create", ID: "x"})
+	if err := m.ack(guestproto.CutAck{Op: "create", ID: "x"}); err == nil {
 		t.Error("second create of x accepted")
 	}
 }

@@ -8,7 +8,7 @@
 // the VM. Each operation is acknowledged to the host after it returned;
 // the host judges the next boot's report against what it received.
 //
-// The protocol runs over a virtio-serial port of its own (vm.CutPort),
+// The protocol runs over a virtio-serial port of its own (guestproto.CutPort),
 // one line per record: the guest sends hello, report FS JSON, clean,
 // begin FS, op FS JSON, ack FS JSON and fail FS TEXT; the host answers
 // hello with start JSON and clean with go or stop.
@@ -44,53 +44,11 @@ import (
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
+	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
-
-// portName is vm.CutPort.
-const portName = "ovlkit.cuts"
 
 // maxLayers bounds each store, so that a check reads a bounded amount.
 const maxLayers = 12
-
-// start is the host's first record (vm.cutStart).
-type start struct {
-	Boot int    `json:"boot"`
-	Seed uint64 `json:"seed"`
-	Run  bool   `json:"run"`
-}
-
-// report is vm.CutReport.
-type report struct {
-	FS          string     `json:"fs"`
-	Store       bool       `json:"store"`
-	OpenError   string     `json:"open_error,omitempty"`
-	MountMillis int64      `json:"mount_ms"`
-	Problems    []string   `json:"problems,omitempty"`
-	Staging     []string   `json:"staging,omitempty"`
-	Mounts      []string   `json:"mounts,omitempty"`
-	Errors      []string   `json:"errors,omitempty"`
-	Layers      []cutLayer `json:"layers,omitempty"`
-}
-
-// cutLayer is vm.CutLayer.
-type cutLayer struct {
-	ID     string            `json:"id"`
-	Parent string            `json:"parent,omitempty"`
-	RW     bool              `json:"rw,omitempty"`
-	State  string            `json:"state"`
-	Damage []string          `json:"damage,omitempty"`
-	Files  map[string]string `json:"files,omitempty"`
-	Bad    []string          `json:"bad,omitempty"`
-}
-
-// ack is vm.CutAck.
-type ack struct {
-	Op     string            `json:"op"`
-	ID     string            `json:"id,omitempty"`
-	Parent string            `json:"parent,omitempty"`
-	RW     bool              `json:"rw,omitempty"`
-	Files  map[string]string `json:"files,omitempty"`
-}
 
 // port is the guest's end of the protocol.
 type port struct {
@@ -104,7 +62,7 @@ func openPort(t *testing.T) *port {
 	names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
 	for _, n := range names {
 		b, err := os.ReadFile(n)
-		if err != nil || strings.TrimSpace(string(b)) != portName {
+		if err != nil || strings.TrimSpace(string(b)) != guestproto.CutPort {
 			continue
 		}
 		dev := "/dev/" + filepath.Base(filepath.Dir(n))
@@ -114,7 +72,7 @@ func openPort(t *testing.T) *port {
 		}
 		return &port{f: f, r: bufio.NewReader(f)}
 	}
-	t.Fatalf("no virtio port named %s: this test runs under ovlvm cuts only", portName)
+	t.Fatalf("no virtio port named %s: this test runs under ovlvm cuts only", guestproto.CutPort)
 	return nil
 }
 
@@ -195,7 +153,7 @@ func TestCuts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read start: %v", err)
 	}
-	var st start
+	var st guestproto.CutStart
 	if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "start ")), &st); err != nil {
 		t.Fatalf("start record %q: %v", line, err)
 	}
@@ -240,8 +198,8 @@ func TestCuts(t *testing.T) {
 }
 
 // check mounts d, opens its store and reports what it holds.
-func check(d disk) report {
-	rep := report{FS: d.name}
+func check(d disk) guestproto.CutReport {
+	rep := guestproto.CutReport{FS: d.name}
 	took, err := d.mount()
 	if err != nil {
 		rep.OpenError = err.Error()
@@ -290,7 +248,7 @@ func check(d disk) report {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("layers: %v", err))
 	}
 	for _, li := range infos {
-		l := cutLayer{ID: li.ID, Parent: li.Parent, RW: li.RW, State: string(states[li.ID].State)}
+		l := guestproto.CutLayer{ID: li.ID, Parent: li.Parent, RW: li.RW, State: string(states[li.ID].State)}
 		for _, dmg := range states[li.ID].Damage {
 			l.Damage = append(l.Damage, dmg.String())
 		}
@@ -457,7 +415,7 @@ func (w *workload) run() error {
 		return fmt.Errorf("open store: %w", err)
 	}
 	w.s = s
-	if err := w.ack(ack{Op: "init"}); err != nil {
+	if err := w.ack(guestproto.CutAck{Op: "init"}); err != nil {
 		return err
 	}
 	w.layers, w.held = map[string]*known{}, map[string]bool{}
@@ -478,9 +436,9 @@ func (w *workload) run() error {
 	}
 }
 
-func (w *workload) ack(a ack) error { return w.p.send("ack", w.d.name, a) }
+func (w *workload) ack(a guestproto.CutAck) error { return w.p.send("ack", w.d.name, a) }
 
-func (w *workload) announce(a ack) error { return w.p.send("op", w.d.name, a) }
+func (w *workload) announce(a guestproto.CutAck) error { return w.p.send("op", w.d.name, a) }
 
 // pick returns a random element of ids (sorted first: map order is not
 // the seed's), or "".
@@ -554,7 +512,7 @@ func (w *workload) step(ctx context.Context) error {
 }
 
 func (w *workload) create(ctx context.Context, id, parent string, rw bool) error {
-	a := ack{Op: "create", ID: id, Parent: parent, RW: rw}
+	a := guestproto.CutAck{Op: "create", ID: id, Parent: parent, RW: rw}
 	if err := w.announce(a); err != nil {
 		return err
 	}
@@ -576,21 +534,21 @@ func (w *workload) create(ctx context.Context, id, parent string, rw bool) error
 
 func (w *workload) apply(ctx context.Context, id string) error {
 	c := content(id)
-	if err := w.announce(ack{Op: "apply", ID: id}); err != nil {
+	if err := w.announce(guestproto.CutAck{Op: "apply", ID: id}); err != nil {
 		return err
 	}
 	if _, err := w.s.ApplyDiff(ctx, id, bytes.NewReader(c.tar)); err != nil {
 		return err
 	}
 	w.layers[id].applied = true
-	return w.ack(ack{Op: "apply", ID: id, Files: c.files})
+	return w.ack(guestproto.CutAck{Op: "apply", ID: id, Files: c.files})
 }
 
 // write writes a new file through a container layer's mount, fsyncs it
 // and puts the layer.
 func (w *workload) write(ctx context.Context, id string) error {
 	name := fmt.Sprintf("/w-%d-%d", w.boot, w.n)
-	if err := w.announce(ack{Op: "write", ID: id, Files: map[string]string{name: ""}}); err != nil {
+	if err := w.announce(guestproto.CutAck{Op: "write", ID: id, Files: map[string]string{name: ""}}); err != nil {
 		return err
 	}
 	root, err := w.s.Get(ctx, id)
@@ -618,7 +576,7 @@ func (w *workload) write(ctx context.Context, id string) error {
 		return fmt.Errorf("write %s in %s: %w", name, id, err)
 	}
 	sum := sha256.Sum256(b)
-	return w.ack(ack{Op: "write", ID: id, Files: map[string]string{name: hex.EncodeToString(sum[:])}})
+	return w.ack(guestproto.CutAck{Op: "write", ID: id, Files: map[string]string{name: hex.EncodeToString(sum[:])}})
 }
 
 // read gets a committed image layer, reads a file back and, now and then, keeps
@@ -644,7 +602,7 @@ func (w *workload) read(ctx context.Context, id string) error {
 }
 
 func (w *workload) remove(ctx context.Context, id string) error {
-	a := ack{Op: "remove", ID: id}
+	a := guestproto.CutAck{Op: "remove", ID: id}
 	if err := w.announce(a); err != nil {
 		return err
 	}
