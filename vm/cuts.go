@@ -91,32 +91,20 @@ type bootOutcome struct {
 
 // RunCuts makes c.Count cuts and checks each.
 func RunCuts(ctx context.Context, c CutsConfig) (*CutsResult, error) {
-	if c.Count < 1 {
-		return nil, fmt.Errorf("cuts: count %d: want at least one", c.Count)
-	}
-	if c.MaxDelay <= 0 {
-		return nil, fmt.Errorf("cuts: max delay %s: want a positive duration", c.MaxDelay)
+	if err := c.validate(); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(c.WorkDir, 0o755); err != nil {
 		return nil, err
-	}
-	for _, fs := range c.Filesystems {
-		if _, ok := fsckCommand(fs, ""); !ok {
-			return nil, fmt.Errorf("cuts: no checker for %s (have ext4, xfs, btrfs)", fs)
-		}
 	}
 	initrd := filepath.Join(c.WorkDir, "initrd.cpio")
 	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
 		return nil, err
 	}
 	defer os.Remove(initrd)
-	disks := map[string]string{}
-	for _, fs := range c.Filesystems {
-		img, err := makeDisk(ctx, c.WorkDir, fs)
-		if err != nil {
-			return nil, err
-		}
-		disks[fs] = img
+	disks, err := c.makeDisks(ctx)
+	if err != nil {
+		return nil, err
 	}
 	res := &CutsResult{Seed: c.Seed}
 	models := map[string]*cutModel{}
@@ -133,54 +121,16 @@ func RunCuts(ctx context.Context, c CutsConfig) (*CutsResult, error) {
 		}
 		res.BootSecs = append(res.BootSecs, out.seconds)
 		// This boot's check judges the previous boot's cut.
-		var failed []string
 		if boot > 0 {
 			res.Cuts++
-			for _, f := range res.PerFS {
-				f.Cuts++
-			}
 		}
+		var failed []string
 		for _, p := range out.problems {
 			failed = append(failed, "boot: "+p)
 		}
 		for _, f := range res.PerFS {
-			m := models[f.FS]
-			rep, ok := out.reports[f.FS]
-			var v []string
-			switch {
-			case !ok:
-				v = append(v, "the guest sent no report")
-			default:
-				v = m.judge(rep)
-				m.adopt(rep)
-				f.Layers += len(rep.Layers)
-				f.MountMillis = append(f.MountMillis, rep.MountMillis)
-			}
-			if msg, ok := out.fsck[f.FS]; ok {
-				f.Fsck++
-				if msg != "" {
-					v = append(v, msg)
-				}
-			}
-			// Then this boot's acks, for the next check.
-			for _, a := range out.acks[f.FS] {
-				if err := m.ack(a); err != nil {
-					v = append(v, "protocol: "+err.Error())
-				}
-			}
-			f.Acked += len(out.acks[f.FS])
-			if op := out.lastOp[f.FS]; op != "" {
-				if a, err := decodeAck(op); err != nil {
-					v = append(v, "protocol: "+err.Error())
-				} else {
-					m.underWay = &a
-				}
-			}
-			if len(v) > 0 && boot > 0 {
-				f.Failed++
-			}
-			for _, s := range v {
-				failed = append(failed, f.FS+": "+s)
+			for _, v := range f.takeBoot(models[f.FS], out, boot > 0) {
+				failed = append(failed, f.FS+": "+v)
 			}
 		}
 		failed = append(failed, out.fails...)
@@ -198,11 +148,66 @@ func RunCuts(ctx context.Context, c CutsConfig) (*CutsResult, error) {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	if res.OK() {
-		for _, img := range disks {
-			os.Remove(img)
-		}
+		removeDisks(disks)
 	}
 	return res, nil
+}
+
+func (c *CutsConfig) validate() error {
+	if c.Count < 1 {
+		return fmt.Errorf("cuts: count %d: want at least one", c.Count)
+	}
+	if c.MaxDelay <= 0 {
+		return fmt.Errorf("cuts: max delay %s: want a positive duration", c.MaxDelay)
+	}
+	for _, fs := range c.Filesystems {
+		if _, ok := fsckCommand(fs, ""); !ok {
+			return fmt.Errorf("cuts: no checker for %s (have ext4, xfs, btrfs)", fs)
+		}
+	}
+	return nil
+}
+
+// takeBoot judges what one boot found on f's filesystem against the model
+// (a cut, when cut is set), then adds the boot's acknowledgements to the
+// model for the next check. It returns the violations.
+func (f *CutsFS) takeBoot(m *cutModel, out *bootOutcome, cut bool) []string {
+	var v []string
+	if cut {
+		f.Cuts++
+	}
+	if rep, ok := out.reports[f.FS]; ok {
+		v = m.judge(rep)
+		m.adopt(rep)
+		f.Layers += len(rep.Layers)
+		f.MountMillis = append(f.MountMillis, rep.MountMillis)
+	} else {
+		v = append(v, "the guest sent no report")
+	}
+	if msg, ok := out.fsck[f.FS]; ok {
+		f.Fsck++
+		if msg != "" {
+			v = append(v, msg)
+		}
+	}
+	// Then this boot's acks, for the next check.
+	for _, a := range out.acks[f.FS] {
+		if err := m.ack(a); err != nil {
+			v = append(v, "protocol: "+err.Error())
+		}
+	}
+	f.Acked += len(out.acks[f.FS])
+	if op := out.lastOp[f.FS]; op != "" {
+		if a, err := decodeAck(op); err != nil {
+			v = append(v, "protocol: "+err.Error())
+		} else {
+			m.underWay = &a
+		}
+	}
+	if len(v) > 0 && cut {
+		f.Failed++
+	}
+	return v
 }
 
 func (o *bootOutcome) summary(fss []string, failed []string) string {
