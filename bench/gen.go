@@ -28,26 +28,39 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 	if spec.Files <= 0 || spec.Bytes < int64(spec.Files) {
 		return 0, fmt.Errorf("layer spec %+v: need files > 0 and at least one byte per file", spec)
 	}
+	// One generator, drawn from in a fixed order (sizes, words,
+	// directories, files), so a seed always gives the same layer.
 	rng := rand.New(rand.NewSource(spec.Seed))
-	mtime := time.Unix(1700000000, 0)
-	tw := tar.NewWriter(w)
-	entries := 0
-	write := func(h *tar.Header, body []byte) error {
-		h.ModTime = mtime
-		if err := tw.WriteHeader(h); err != nil {
-			return fmt.Errorf("write header %s: %w", h.Name, err)
-		}
-		if len(body) > 0 {
-			if _, err := tw.Write(body); err != nil {
-				return fmt.Errorf("write %s: %w", h.Name, err)
-			}
-		}
-		entries++
-		return nil
+	sizes, maxSize := fileSizes(rng, spec)
+	words := wordList(rng)
+	lw := &layerWriter{tw: tar.NewWriter(w), mtime: time.Unix(1700000000, 0)}
+	dirs, err := lw.dirs(rng, spec.Files/25+1)
+	if err != nil {
+		return lw.entries, err
 	}
+	buf := make([]byte, maxSize)
+	content := xorshift(spec.Seed*2 + 1)
+	for i, size := range sizes {
+		body := buf[:size]
+		if i%2 == 1 {
+			content.fill(body)
+		} else {
+			content.fillText(body, words)
+		}
+		name := fmt.Sprintf("%s/f%05d", dirs[rng.Intn(len(dirs))], i)
+		if err := lw.file(i, name, body); err != nil {
+			return lw.entries, err
+		}
+	}
+	if err := lw.tw.Close(); err != nil {
+		return lw.entries, fmt.Errorf("close tar: %w", err)
+	}
+	return lw.entries, nil
+}
 
-	// Sizes first: a log-uniform spread from 64 bytes to 1 MiB, scaled to
-	// the requested total.
+// fileSizes spreads spec.Bytes over spec.Files files: log-uniform from 64
+// bytes to 1 MiB, scaled to the exact total. It also returns the largest.
+func fileSizes(rng *rand.Rand, spec LayerSpec) ([]int64, int64) {
 	sizes := make([]float64, spec.Files)
 	var sum float64
 	for i := range sizes {
@@ -55,17 +68,19 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 		sum += sizes[i]
 	}
 	scale := float64(spec.Bytes) / sum
-	var maxSize int64
+	var maxSize, total int64
 	ints := make([]int64, spec.Files)
-	var total int64
 	for i, s := range sizes {
 		ints[i] = max(1, int64(s*scale))
 		total += ints[i]
 		maxSize = max(maxSize, ints[i])
 	}
 	ints[0] += spec.Bytes - total // exact total
-	maxSize = max(maxSize, ints[0])
+	return ints, max(maxSize, ints[0])
+}
 
+// wordList is the vocabulary of the text files.
+func wordList(rng *rand.Rand) [][]byte {
 	words := make([][]byte, 512)
 	for i := range words {
 		w := make([]byte, 2+rng.Intn(9))
@@ -74,55 +89,67 @@ func GenerateLayer(w io.Writer, spec LayerSpec) (int, error) {
 		}
 		words[i] = w
 	}
-	buf := make([]byte, maxSize)
-	content := xorshift(spec.Seed*2 + 1)
+	return words
+}
 
-	dirs := make([]string, 0, spec.Files/25+1)
-	for i := 0; i < cap(dirs); i++ {
+// A layerWriter writes a layer's entries and counts them.
+type layerWriter struct {
+	tw      *tar.Writer
+	mtime   time.Time
+	entries int
+}
+
+func (lw *layerWriter) write(h *tar.Header, body []byte) error {
+	h.ModTime = lw.mtime
+	if err := lw.tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("write header %s: %w", h.Name, err)
+	}
+	if len(body) > 0 {
+		if _, err := lw.tw.Write(body); err != nil {
+			return fmt.Errorf("write %s: %w", h.Name, err)
+		}
+	}
+	lw.entries++
+	return nil
+}
+
+// dirs writes n directories, three in four nested in an earlier one, and
+// returns their names.
+func (lw *layerWriter) dirs(rng *rand.Rand, n int) ([]string, error) {
+	dirs := make([]string, 0, n)
+	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("d%04d", i)
 		if len(dirs) > 0 && rng.Intn(4) > 0 {
 			name = dirs[rng.Intn(len(dirs))] + "/" + name
 		}
 		dirs = append(dirs, name)
-		if err := write(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755}, nil); err != nil {
-			return entries, err
+		if err := lw.write(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o755}, nil); err != nil {
+			return dirs, err
 		}
 	}
-	for i, size := range ints {
-		body := buf[:size]
-		if i%2 == 1 {
-			content.fill(body)
-		} else {
-			content.fillText(body, words)
-		}
-		name := fmt.Sprintf("%s/f%05d", dirs[rng.Intn(len(dirs))], i)
-		mode := int64(0o644)
-		if i%7 == 0 {
-			mode = 0o755
-		}
-		if err := write(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: size, Uid: i % 3, Gid: i % 5}, body); err != nil {
-			return entries, err
-		}
-		switch i % 100 {
-		case 1:
-			if err := write(&tar.Header{Typeflag: tar.TypeSymlink, Name: name + ".sym", Linkname: "../lib/target", Mode: 0o777}, nil); err != nil {
-				return entries, err
-			}
-		case 2:
-			// Real tars repeat the inode's metadata on its hard links.
-			if err := write(&tar.Header{Typeflag: tar.TypeLink, Name: name + ".lnk", Linkname: name, Mode: mode, Uid: i % 3, Gid: i % 5}, nil); err != nil {
-				return entries, err
-			}
-		case 3:
-			if err := write(&tar.Header{Typeflag: tar.TypeReg, Name: name + ".wh-dir/.wh.removed", Mode: 0o600}, nil); err != nil {
-				return entries, err
-			}
-		}
+	return dirs, nil
+}
+
+// file writes file i and, for some i, a symlink, a hard link or a
+// whiteout next to it.
+func (lw *layerWriter) file(i int, name string, body []byte) error {
+	mode := int64(0o644)
+	if i%7 == 0 {
+		mode = 0o755
 	}
-	if err := tw.Close(); err != nil {
-		return entries, fmt.Errorf("close tar: %w", err)
+	if err := lw.write(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(body)), Uid: i % 3, Gid: i % 5}, body); err != nil {
+		return err
 	}
-	return entries, nil
+	switch i % 100 {
+	case 1:
+		return lw.write(&tar.Header{Typeflag: tar.TypeSymlink, Name: name + ".sym", Linkname: "../lib/target", Mode: 0o777}, nil)
+	case 2:
+		// Real tars repeat the inode's metadata on its hard links.
+		return lw.write(&tar.Header{Typeflag: tar.TypeLink, Name: name + ".lnk", Linkname: name, Mode: mode, Uid: i % 3, Gid: i % 5}, nil)
+	case 3:
+		return lw.write(&tar.Header{Typeflag: tar.TypeReg, Name: name + ".wh-dir/.wh.removed", Mode: 0o600}, nil)
+	}
+	return nil
 }
 
 // xorshift generates file content. The benchmarks generate their layer
