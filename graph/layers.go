@@ -481,41 +481,59 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 		}
 		return s.rootPath(id, m), nil
 	}
-	merged := s.mergedDir(id)
-	// No mount, or a count left by a crashed process: mount afresh. The
-	// layer's lock keeps its record, its chain and its children as they
-	// are, so the state as last seen serves when nobody changed it.
-	var (
-		cfg                 ovl.Config
-		ro, written, direct bool
-	)
-	err = s.peek(ctx, func(st *state) error {
+	// No mount, or a count left by a crashed process: mount afresh.
+	plan, err := s.planGet(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if plan.direct {
+		return s.getDirect(ctx, l, id, plan.written)
+	}
+	return s.mountForGet(ctx, l, id, plan)
+}
+
+// A getPlan is how Get hands out a layer that nobody has mounted.
+type getPlan struct {
+	cfg     ovl.Config
+	ro      bool // mount read-only
+	written bool // the first writable mount of an applied layer
+	direct  bool // hand out the diff directory, no mount
+}
+
+// planGet reads what Get needs from the state. The layer's lock keeps its
+// record, its chain and its children as they are, so the state as last
+// seen serves when nobody changed it.
+func (s *Store) planGet(ctx context.Context, id string) (getPlan, error) {
+	var p getPlan
+	err := s.peek(ctx, func(st *state) error {
 		r, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("get %s: %w", id, ErrNotExist)
 		}
-		if p := st.needsApply(id); p != "" {
-			return fmt.Errorf("get %s: %s: %w", id, p, ErrNeedsApply)
+		if a := st.needsApply(id); a != "" {
+			return fmt.Errorf("get %s: %s: %w", id, a, ErrNeedsApply)
 		}
-		if cfg, ro, err = s.mountConfig(st, id); err != nil {
+		var err error
+		if p.cfg, p.ro, err = s.mountConfig(st, id); err != nil {
 			return fmt.Errorf("get %s: %w", id, err)
 		}
 		// A writable mount beside a caller's own mount of the layer
 		// would share its upper, or write into its lower.
-		if !ro && len(r.Holds) > 0 {
+		if !p.ro && len(r.Holds) > 0 {
 			return fmt.Errorf("get %s: held by %v: %w", id, sortedHolders(r.Holds), ErrMounted)
 		}
-		written = !ro && r.Applied && !r.Written
-		direct = s.direct(r, ro)
+		p.written = !p.ro && r.Applied && !r.Written
+		p.direct = s.direct(r, p.ro)
 		return nil
 	})
-	if err != nil {
-		return "", err
-	}
-	if direct {
-		return s.getDirect(ctx, l, id, written)
-	}
-	if s.volatile && !ro {
+	return p, err
+}
+
+// mountForGet mounts the layer as p says, records the written flag and
+// the first reference, and returns the mount point.
+func (s *Store) mountForGet(ctx context.Context, l *layerLock, id string, p getPlan) (string, error) {
+	merged := s.mergedDir(id)
+	if s.volatile && !p.ro {
 		if err := s.prepareVolatile(l); err != nil {
 			return "", fmt.Errorf("get: %w", err)
 		}
@@ -528,10 +546,11 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
-	if err := s.mounter.Mount(merged, cfg, ro); err != nil {
+	if err := s.mounter.Mount(merged, p.cfg, p.ro); err != nil {
 		return "", fmt.Errorf("get %s: %w", id, err)
 	}
-	if written {
+	var err error
+	if p.written {
 		// Recorded before Get hands out the path, so before anything
 		// is written through the mount: Check must not hold the
 		// content against the applied size from then on.
@@ -541,7 +560,7 @@ func (s *Store) Get(ctx context.Context, id string) (string, error) {
 		})
 	}
 	if err == nil {
-		err = l.setMounts(mountRecord{Refs: 1, ReadOnly: ro})
+		err = l.setMounts(mountRecord{Refs: 1, ReadOnly: p.ro})
 	}
 	if err != nil {
 		logCleanup(s.log, "unmount after failed get", s.unmount(merged))
