@@ -311,86 +311,113 @@ func dialPort(sock string, exited <-chan struct{}) (net.Conn, error) {
 // guest waits, and the kill.
 func (c *CutsConfig) converse(conn net.Conn, m *qemu.VM, seed uint64, n int, run bool, disks map[string]string, out *bootOutcome) {
 	rng := rand.New(rand.NewPCG(seed, 0xc075))
-	delay := time.Duration(rng.Int64N(int64(c.MaxDelay)))
-	began := map[string]bool{}
-	var killTimer *time.Timer
-	var mu sync.Mutex // out, from the timer and this loop
+	cs := &cutSession{c: c, conn: conn, vm: m, seed: seed, boot: n, run: run, disks: disks, out: out,
+		delay: time.Duration(rng.Int64N(int64(c.MaxDelay))), began: map[string]bool{}, state: "hello"}
 	defer func() {
-		if killTimer != nil {
-			killTimer.Stop()
+		if cs.killTimer != nil {
+			cs.killTimer.Stop()
 		}
 	}()
-	send := func(verb string, v any) {
-		b, _ := json.Marshal(v)
-		if _, err := fmt.Fprintf(conn, "%s %s\n", verb, b); err != nil {
-			mu.Lock()
-			out.fails = append(out.fails, fmt.Sprintf("send %s: %v", verb, err))
-			mu.Unlock()
-		}
-	}
 	sc := bufio.NewScanner(conn)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	state := "hello"
 	for sc.Scan() {
-		verb, fs, payload := parseCutLine(sc.Text())
-		mu.Lock()
-		switch verb {
-		case "hello":
-			send("start", guestproto.CutStart{Boot: n, Seed: seed, Run: run})
-		case "report":
-			var r guestproto.CutReport
-			if err := json.Unmarshal([]byte(payload), &r); err != nil {
-				out.fails = append(out.fails, fmt.Sprintf("report of %s: %v", fs, err))
-			} else {
-				out.reports[fs] = r
-			}
-		case "clean":
-			// Every disk is unmounted in the guest: check them now.
-			for _, f := range c.Filesystems {
-				out.fsck[f] = fsck(f, disks[f])
-			}
-			if run {
-				fmt.Fprintln(conn, "go")
-				state = "run"
-			} else {
-				fmt.Fprintln(conn, "stop")
-				state = "stop"
-			}
-		case "begin":
-			began[fs] = true
-			if len(began) == len(c.Filesystems) && killTimer == nil && state == "run" {
-				out.delay = delay
-				killTimer = time.AfterFunc(delay, func() {
-					mu.Lock()
-					out.killed = true
-					mu.Unlock()
-					m.Kill()
-				})
-			}
-		case "op":
-			out.lastOp[fs] = payload
-		case "ack":
-			a, err := decodeAck(payload)
-			if err != nil {
-				out.fails = append(out.fails, fs+": "+err.Error())
-			} else {
-				out.acks[fs] = append(out.acks[fs], a)
-				out.lastOp[fs] = ""
-			}
-		case "fail":
-			out.fails = append(out.fails, fs+": guest: "+payload)
-		default:
-			out.fails = append(out.fails, fmt.Sprintf("unknown record %q", sc.Text()))
-		}
-		mu.Unlock()
+		cs.mu.Lock()
+		cs.handle(sc.Text())
+		cs.mu.Unlock()
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if state == "hello" {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.state == "hello" {
 		out.problems = append(out.problems, "the guest never finished its check (see the serial log)")
 	}
-	if state == "run" && !out.killed {
+	if cs.state == "run" && !out.killed {
 		out.problems = append(out.problems, "the guest ended before the cut")
+	}
+}
+
+// A cutSession is the host's side of one boot's conversation.
+type cutSession struct {
+	c     *CutsConfig
+	conn  net.Conn
+	vm    *qemu.VM
+	seed  uint64
+	boot  int
+	run   bool // run the workload after the check
+	disks map[string]string
+	delay time.Duration // of the cut, once every filesystem began
+	// mu guards out, state and the timer, which the kill timer and the
+	// reading loop share.
+	mu        sync.Mutex
+	out       *bootOutcome
+	state     string // hello, run or stop
+	began     map[string]bool
+	killTimer *time.Timer
+}
+
+// send writes one record to the guest; mu is held.
+func (cs *cutSession) send(verb string, v any) {
+	b, _ := json.Marshal(v)
+	if _, err := fmt.Fprintf(cs.conn, "%s %s\n", verb, b); err != nil {
+		cs.out.fails = append(cs.out.fails, fmt.Sprintf("send %s: %v", verb, err))
+	}
+}
+
+// handle takes one record from the guest; mu is held.
+func (cs *cutSession) handle(line string) {
+	out := cs.out
+	verb, fs, payload := parseCutLine(line)
+	switch verb {
+	case "hello":
+		cs.send("start", guestproto.CutStart{Boot: cs.boot, Seed: cs.seed, Run: cs.run})
+	case "report":
+		var r guestproto.CutReport
+		if err := json.Unmarshal([]byte(payload), &r); err != nil {
+			out.fails = append(out.fails, fmt.Sprintf("report of %s: %v", fs, err))
+		} else {
+			out.reports[fs] = r
+		}
+	case "clean":
+		cs.clean()
+	case "begin":
+		cs.began[fs] = true
+		if len(cs.began) == len(cs.c.Filesystems) && cs.killTimer == nil && cs.state == "run" {
+			out.delay = cs.delay
+			cs.killTimer = time.AfterFunc(cs.delay, func() {
+				cs.mu.Lock()
+				out.killed = true
+				cs.mu.Unlock()
+				cs.vm.Kill()
+			})
+		}
+	case "op":
+		out.lastOp[fs] = payload
+	case "ack":
+		a, err := decodeAck(payload)
+		if err != nil {
+			out.fails = append(out.fails, fs+": "+err.Error())
+		} else {
+			out.acks[fs] = append(out.acks[fs], a)
+			out.lastOp[fs] = ""
+		}
+	case "fail":
+		out.fails = append(out.fails, fs+": guest: "+payload)
+	default:
+		out.fails = append(out.fails, fmt.Sprintf("unknown record %q", line))
+	}
+}
+
+// clean: every disk is unmounted in the guest, so the host checks them
+// now, then tells the guest to run its workload or to stop.
+func (cs *cutSession) clean() {
+	for _, f := range cs.c.Filesystems {
+		cs.out.fsck[f] = fsck(f, cs.disks[f])
+	}
+	if cs.run {
+		fmt.Fprintln(cs.conn, "go")
+		cs.state = "run"
+	} else {
+		fmt.Fprintln(cs.conn, "stop")
+		cs.state = "stop"
 	}
 }
 
