@@ -197,14 +197,8 @@ func (r *Report) createDestroy() error {
 			continue
 		}
 		for _, x := range r.xs(exp, cs, "cycle_ms") {
-			vs := "1"
-			if cs != "overlay-ext4" {
-				vs = r.cell(exp, cs+"/overlay-ext4", x, "cycle_ms", true)
-			}
-			bare := "1"
-			if cs != "overlay-bare-ext4" {
-				bare = r.cell(exp, cs+"/overlay-bare-ext4", x, "cycle_ms", true)
-			}
+			vs := r.ratioTo(exp, cs, "overlay-ext4", x, "cycle_ms")
+			bare := r.ratioTo(exp, cs, "overlay-bare-ext4", x, "cycle_ms")
 			rows = append(rows, []string{cs, count(x),
 				r.cell(exp, cs, x, "create_ms", false), r.cell(exp, cs, x, "destroy_ms", false),
 				r.cell(exp, cs, x, "cycle_ms", true), r.cell(exp, cs, x, "throughput", false), vs, bare})
@@ -229,10 +223,7 @@ func (r *Report) pageCache() error {
 			continue
 		}
 		for _, x := range r.xs(exp, cs, "cached_mib") {
-			vs := "1"
-			if cs != "overlay-ext4" {
-				vs = r.cell(exp, cs+"/overlay-ext4", x, "cached_mib", true)
-			}
+			vs := r.ratioTo(exp, cs, "overlay-ext4", x, "cached_mib")
 			rows = append(rows, []string{cs, count(x),
 				r.cell(exp, cs, x, "cached_mib", true), r.cell(exp, cs, x, "cached_per_image", false), vs,
 				r.cell(exp, cs, x, "origin_resident_pct", false), r.cell(exp, cs, x, "container_resident_pct", false)})
@@ -429,3 +420,12 @@ func (r *Report) savePlots(dir string) ([]string, error) {
 
 // count formats a parameter that counts things.
 func count(x float64) string { return fmt.Sprintf("%g", x) }
+
+// ratioTo is the cell of case cs's metric against case base's at x, "1"
+// for base itself.
+func (r *Report) ratioTo(exp, cs, base string, x float64, metric string) string {
+	if cs == base {
+		return "1"
+	}
+	return r.cell(exp, cs+"/"+base, x, metric, true)
+}
