@@ -177,34 +177,29 @@ test-debug: deps ## both kernels with kconfig/debug.config, the whole suite plus
 	rc=$$?; echo "test-debug: guest suite on both debug kernels took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 # The power-cut replay (tests/guest/crash, a module of its own that only
-# this target runs): both kernels built with kconfig/crash.config
-# (dm-log-writes; build directories of their own), kconfigcheck listing
-# its symbols, then on ext4 and xfs the copy-up workload (fsync=auto and
-# fsync=strict, metacopy off and on) and the layer store's workload (auto
-# and strict), each log replayed to every mark and to CRASH_POINTS flushes,
-# FUA writes and points between them at most, and checked. Prints one
-# table row per kernel, filesystem and mode ("crash-row:",
-# "crash-store-row:"). About twenty minutes in the guests under TCG, and
-# a kernel build of its own: not part of make test; see
-# Documentation/testing.rst.
+# this target runs): on the ordinary stock and patched kernels
+# (kconfig/guest.config has dm-log-writes), kconfigcheck listing the
+# device-mapper symbols, then on ext4 and xfs the copy-up workload
+# (fsync=auto and fsync=strict, metacopy off and on) and the layer store's
+# workload (auto and strict), each log replayed to every mark and to
+# CRASH_POINTS flushes, FUA writes and points between them at most, and
+# checked. Prints one table row per kernel, filesystem and mode
+# ("crash-row:", "crash-store-row:"). About twenty minutes in the guests
+# under TCG: not part of make test; see Documentation/testing.rst.
 ## CRASH_POINTS=100: make crash-test's replay points per run besides the marks
 CRASH_POINTS ?= 100
 .PHONY: crash-test
-crash-test: deps ## power-cut replay (dm-log-writes) of copy-up and of the layer store on ext4 and xfs, both kernels
+crash-test: deps kernel ## power-cut replay (dm-log-writes) of copy-up and of the layer store on ext4 and xfs, both kernels
 	@mkdir -p $(OUT)
 	cd tests/guest/crash && GOWORK=$$PWD/go.work go vet -tags ovlkit_guest . \
 		&& GOWORK=$$PWD/go.work go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags ovlkit_guest .
 	@set -e; for tree in stock patched; do \
-		start=$$(date +%s); \
-		KCONFIG_EXTRA=crash scripts/kernel.sh build $$tree; \
-		echo "crash-test: $$tree crash kernel built in $$(( $$(date +%s) - start ))s"; \
-		img=$$(KCONFIG_EXTRA=crash scripts/kernel.sh path $$tree); \
-		go run ./tools/kconfigcheck -v -config $${img%/arch/x86/boot/bzImage}/.config kconfig/crash.config; \
+		img=$$(scripts/kernel.sh path $$tree); \
+		grep -E '^CONFIG_(MD|BLK_DEV_DM|DM_LOG_WRITES)=' kconfig/guest.config > $(OUT)/crash-symbols.config; \
+		go run ./tools/kconfigcheck -v -config $${img%/arch/x86/boot/bzImage}/.config $(OUT)/crash-symbols.config; \
 	done
 	@start=$$(date +%s); \
-	$(OVLVM) test -stock "$$(KCONFIG_EXTRA=crash scripts/kernel.sh path stock)" \
-		-patched "$$(KCONFIG_EXTRA=crash scripts/kernel.sh path patched)" \
-		-pkg ./tests/guest/crash -fs ext4,xfs -mem 1536 -env OVLKIT_CRASH_POINTS=$(CRASH_POINTS) \
+	$(OVLVM) test -pkg ./tests/guest/crash -fs ext4,xfs -mem 1536 -env OVLKIT_CRASH_POINTS=$(CRASH_POINTS) \
 		-timeout 120m -test-timeout 110m \
 		-junit $(OUT)/junit-crash.xml -json $(OUT)/guest-crash.json; \
 	rc=$$?; grep -oh 'crash-\(store-\)\?row: [^"\\]*' $(OUT)/guest-crash.json | sort -u; \
