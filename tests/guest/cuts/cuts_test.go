@@ -29,7 +29,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -43,6 +42,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 	"github.com/ovlkit/ovlkit/vm/guestproto"
 )
@@ -259,14 +259,14 @@ func check(d disk) guestproto.CutReport {
 				rep.Errors = append(rep.Errors, fmt.Sprintf("diff %s: %v", li.ID, err))
 				break
 			}
-			files, err := tarFiles(&buf)
+			files, err := guestfs.TarFiles(&buf)
 			if err != nil {
 				rep.Errors = append(rep.Errors, fmt.Sprintf("diff %s: %v", li.ID, err))
 				break
 			}
 			l.Files = files
 			if !li.RW && states[li.ID].State == graph.StateOK {
-				if d := compare(files, content(li.ID).files); d != "" {
+				if d := guestfs.DiffFiles(files, content(li.ID).files); d != "" {
 					l.Bad = append(l.Bad, "content is not the workload's: "+d)
 				}
 			}
@@ -295,51 +295,6 @@ func mountsBelow(dir string) []string {
 		}
 	}
 	return out
-}
-
-// tarFiles lists a tar's regular files (path to sha256) and symlinks
-// (path to "-> target").
-func tarFiles(r io.Reader) (map[string]string, error) {
-	out := map[string]string{}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		name := "/" + strings.Trim(strings.TrimPrefix(h.Name, "./"), "/")
-		switch h.Typeflag {
-		case tar.TypeReg:
-			sum := sha256.New()
-			if _, err := io.Copy(sum, tr); err != nil {
-				return nil, err
-			}
-			out[name] = hex.EncodeToString(sum.Sum(nil))
-		case tar.TypeSymlink:
-			out[name] = "-> " + h.Linkname
-		}
-	}
-}
-
-func compare(got, want map[string]string) string {
-	var d []string
-	for p, w := range want {
-		if g, ok := got[p]; !ok {
-			d = append(d, "missing "+p)
-		} else if g != w {
-			d = append(d, "changed "+p)
-		}
-	}
-	for p := range got {
-		if _, ok := want[p]; !ok {
-			d = append(d, "extra "+p)
-		}
-	}
-	sort.Strings(d)
-	return strings.Join(d, ", ")
 }
 
 // layerContent is what the workload applies to an image layer: made from

@@ -47,6 +47,7 @@ import (
 
 	"github.com/ovlkit/ovlkit/graph"
 	"github.com/ovlkit/ovlkit/ovl"
+	"github.com/ovlkit/ovlkit/tests/guest/guestfs"
 	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
@@ -194,9 +195,9 @@ func (w *worker) cycle(ctx context.Context) error {
 	if err := w.op("diff "+id, s.Diff(ctx, id, &buf)); err != nil {
 		return err
 	}
-	if files, err := tarFiles(&buf); err != nil {
+	if files, err := guestfs.TarFiles(&buf); err != nil {
 		return fmt.Errorf("diff %s: %w", id, err)
-	} else if d := compare(files, c.files); d != "" {
+	} else if d := guestfs.DiffFiles(files, c.files); d != "" {
 		return fmt.Errorf("diff %s: %s", id, d)
 	}
 	rw := id + "-rw"
@@ -219,7 +220,7 @@ func (w *worker) cycle(ctx context.Context) error {
 	if err := w.op("diff "+rw, s.Diff(ctx, rw, &buf)); err != nil {
 		return err
 	}
-	files, err := tarFiles(&buf)
+	files, err := guestfs.TarFiles(&buf)
 	if err != nil {
 		return fmt.Errorf("diff %s: %w", rw, err)
 	}
@@ -287,46 +288,6 @@ func content(id string) layerContent {
 	tw.Close()
 	c.tar = buf.Bytes()
 	return c
-}
-
-// tarFiles lists a tar's regular files, path to sha256.
-func tarFiles(r io.Reader) (map[string]string, error) {
-	out := map[string]string{}
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if h.Typeflag == tar.TypeReg {
-			sum := sha256.New()
-			if _, err := io.Copy(sum, tr); err != nil {
-				return nil, err
-			}
-			out["/"+strings.Trim(strings.TrimPrefix(h.Name, "./"), "/")] = hex.EncodeToString(sum.Sum(nil))
-		}
-	}
-}
-
-func compare(got, want map[string]string) string {
-	var d []string
-	for p, w := range want {
-		if g, ok := got[p]; !ok {
-			d = append(d, "missing "+p)
-		} else if g != w {
-			d = append(d, "changed "+p)
-		}
-	}
-	for p := range got {
-		if _, ok := want[p]; !ok {
-			d = append(d, "extra "+p)
-		}
-	}
-	sort.Strings(d)
-	return strings.Join(d, ", ")
 }
 
 func envInt(t *testing.T, name string, def int) int {
