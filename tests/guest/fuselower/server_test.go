@@ -14,7 +14,6 @@ package fuselower
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -25,7 +24,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
 // Contents of the files the FUSE lower serves, read back through the
@@ -153,19 +153,7 @@ func startLower(t testing.TB, dir string, a opaqueAnswer) *opaqueDir {
 	if err != nil {
 		t.Fatalf("mount FUSE lower on %s: %v", dir, err)
 	}
-	t.Cleanup(func() {
-		// Cleanups run in reverse order, so the overlay on top is gone by
-		// now and the unmount succeeds. If something still holds the mount
-		// (an overlay that could not be unmounted), detach it so the guest
-		// goes on; the connection ends when the test binary exits and
-		// closes /dev/fuse, which fails any request still waiting.
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount FUSE lower %s: %v", dir, err)
-			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				t.Errorf("detach FUSE lower %s: %v", dir, err)
-			}
-		}
-	})
+	guesttest.UnmountFUSEOnCleanup(t, "FUSE lower", dir, srv.Unmount)
 	if err := checkLower(dir); err != nil {
 		t.Fatalf("FUSE lower on %s: %v", dir, err)
 	}

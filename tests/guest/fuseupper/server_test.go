@@ -17,7 +17,6 @@
 package fuseupper
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -28,6 +27,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/ovlkit/ovlkit/tests/guest/guesttest"
 )
 
 // holdTimeout bounds how long a held TMPFILE request waits for the others
@@ -200,19 +201,7 @@ func startUpper(t testing.TB, backing, mnt string, answers []syscall.Errno, toge
 		// The serve loop ends by itself when the mount never happened.
 		t.Fatalf("mount FUSE upper on %s: %v", mnt, err)
 	}
-	t.Cleanup(func() {
-		// Cleanups run in reverse order, so the overlay on top is gone by
-		// now and the unmount succeeds. If something still holds the mount
-		// (an overlay that could not be unmounted), detach it so the guest
-		// goes on; the connection ends when the test binary exits and
-		// closes /dev/fuse, which fails any request still waiting.
-		if err := srv.Unmount(); err != nil {
-			t.Errorf("unmount FUSE upper %s: %v", mnt, err)
-			if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				t.Errorf("detach FUSE upper %s: %v", mnt, err)
-			}
-		}
-	})
+	guesttest.UnmountFUSEOnCleanup(t, "FUSE upper", mnt, srv.Unmount)
 	if err := checkUpper(mnt); err != nil {
 		t.Fatalf("FUSE upper on %s: %v", mnt, err)
 	}

@@ -11,6 +11,7 @@
 package guesttest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -311,6 +312,24 @@ func UnmountBeneath(t testing.TB, dir string) {
 			t.Errorf("unmount %s: %v", mp, err)
 		}
 	}
+}
+
+// UnmountFUSEOnCleanup unmounts a FUSE server's mount at dir when the
+// test ends, through the server's own unmount so that its serve loop
+// ends. Cleanups run in reverse order, so an overlay on top is gone by
+// then. If something still holds the mount (an overlay that could not be
+// unmounted), the mount is detached so the guest goes on; the connection
+// ends when the test binary exits and closes /dev/fuse, which fails any
+// request still waiting. what names the mount in errors.
+func UnmountFUSEOnCleanup(t testing.TB, what, dir string, unmount func() error) {
+	t.Cleanup(func() {
+		if err := unmount(); err != nil {
+			t.Errorf("unmount %s %s: %v", what, dir, err)
+			if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				t.Errorf("detach %s %s: %v", what, dir, err)
+			}
+		}
+	})
 }
 
 // OverlayEntry returns the mountinfo entry of the overlay mounted at
