@@ -43,7 +43,9 @@ done
 
 # What goes into the image besides minbase: the build and run
 # dependencies from xfstests' README, less what this guest cannot use
-# (lvm2 and dm tools: the guest kernel has no device mapper; quota: no
+# (lvm2 and dm tools: the guest kernel has device mapper, but xfstests'
+# _require_dm_target wants SCRATCH_DEV to be a block device, and under
+# -overlay it is the base's mount point, so no dm test runs; quota: no
 # quota support; linux-headers: nothing is built against the kernel).
 # trace-cmd, with util-linux's findmnt and dmesg, reads what the series
 # prints as the programs people run do (ovlvm readers).
@@ -96,13 +98,17 @@ sleep 10
 EOF
 )
 
-# su for the guest, ahead of util-linux's in PATH. The guest kernel has
-# no networking, so the audit netlink socket that Debian's libpam opens
-# fails with ENOSYS, which libpam takes for a broken audit system: every
-# su then ends in "System error" and xfstests reports each test that
-# runs a command as fsgqa as not run. This one makes the same switch of
-# user, group list and environment through setpriv, which needs no PAM.
-# It takes the options xfstests passes: -, -l, -s SHELL, -c COMMAND.
+# su for the guest, ahead of util-linux's in PATH. Made when the guest
+# kernel had no networking: the audit netlink socket that Debian's libpam
+# opens failed with ENOSYS, which libpam takes for a broken audit system,
+# so every su ended in "System error" and xfstests reported each test
+# that runs a command as fsgqa as not run. The kernel has CONFIG_NET now
+# but no CONFIG_AUDIT, so the socket fails with EPROTONOSUPPORT, which
+# libpam accepts as "no audit"; this su stays so that the image does not
+# depend on which of the two errors a kernel gives. It makes the same
+# switch of user, group list and environment through setpriv, which needs
+# no PAM, and takes the options xfstests passes: -, -l, -s SHELL, -c
+# COMMAND.
 SU=$(cat <<'EOF'
 #!/bin/bash
 set -u
