@@ -49,13 +49,14 @@ func decompress(r io.Reader, maxWindow int64) (io.Reader, func(), error) {
 	case bytes.HasPrefix(head, magicZstd):
 		// The default concurrency decodes blocks ahead of the tar reader
 		// on a machine with spare CPUs and decodes synchronously on one.
-		var opts []zstd.DOption
+		br := buffered()
+		opts := []zstd.DOption{zstd.WithDecoderLowmem(!roomyHistory(br))}
 		if maxWindow > 0 {
 			// The frame header's window is checked against this before
 			// the decoder allocates it.
 			opts = append(opts, zstd.WithDecoderMaxWindow(uint64(maxWindow)))
 		}
-		zr, err := zstd.NewReader(buffered(), opts...)
+		zr, err := zstd.NewReader(br, opts...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("zstd layer: %w", err)
 		}
@@ -66,6 +67,32 @@ func decompress(r io.Reader, maxWindow int64) (io.Reader, func(), error) {
 		return nil, nil, errors.New("xz-compressed layers are not supported")
 	}
 	return src, func() {}, nil
+}
+
+// roomyHistoryMax is the largest window for which the zstd decoder keeps a
+// history buffer of twice the window (see roomyHistory): zstd's levels up
+// to 19 use windows of at most 8 MiB.
+const roomyHistoryMax = 32 << 20
+
+// roomyHistory reports, from the header of the stream's first frame,
+// whether the decoder should keep a history of twice the window rather
+// than its low-memory default of the window plus 1 MiB. Its history holds
+// the window and what it decodes after it; when the buffer is full it
+// moves the last window to the front. With 1 MiB to spare, a 4 MiB
+// window (zstd's fastest level) is moved after every megabyte decoded,
+// four bytes copied for each byte of the layer; with a window to spare,
+// one. A single-segment frame, decoded in one piece, never moves it, and
+// a window above roomyHistoryMax is left to the default. The header is
+// read without taking it from br. A later frame with a larger window
+// makes the decoder keep twice that window: up to twice
+// Limits.MaxDecoderWindow.
+func roomyHistory(br *bufio.Reader) bool {
+	b, _ := br.Peek(zstd.HeaderMaxSize)
+	var h zstd.Header
+	if err := h.Decode(b); err != nil {
+		return false // the decoder reports what is wrong with the frame
+	}
+	return !h.SingleSegment && !h.Skippable && h.WindowSize > 0 && h.WindowSize <= roomyHistoryMax
 }
 
 // trailerReader remembers the last tar block it passed on so that the end

@@ -108,7 +108,8 @@ type Limits struct {
 	// MaxDecoderWindow bounds the window a zstd frame may ask for: the
 	// decoder allocates the window before it decodes a byte, so a frame
 	// header alone could otherwise claim hundreds of megabytes. Turned
-	// off, the decoder's own maximum applies.
+	// off, the decoder's own maximum applies. The decoder may keep up to
+	// twice the window (see roomyHistory).
 	MaxDecoderWindow int64
 }
 
