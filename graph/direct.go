@@ -71,15 +71,21 @@ func (s *Store) getDirect(ctx context.Context, l *layerLock, id string, written 
 	return s.diffDir(id), nil
 }
 
+// volatileMarkPath is overlayfs's volatile mark in a layer's work
+// directory, relative to the layer directory.
+const volatileMarkPath = "work/work/incompat/volatile"
+
 // checkVolatileMark refuses, as the kernel refuses the mount, a layer
 // that a volatile mount of an earlier version of the store may have left
 // torn: overlayfs's mark in the work directory, from a boot before this
 // one. A mark from this boot is dropped once syncfs has made what that
 // mount wrote durable, since no mount of the layer follows to own it.
 func (s *Store) checkVolatileMark(l *layerLock) error {
+	// Looked up from the locked layer directory: the same file, a
+	// shorter walk.
 	mark := filepath.Join(s.workDir(l.id), "work", "incompat", "volatile")
 	var st unix.Stat_t
-	if err := unix.Lstat(mark, &st); errors.Is(err, unix.ENOENT) {
+	if err := unix.Fstatat(l.fd, volatileMarkPath, &st, unix.AT_SYMLINK_NOFOLLOW); errors.Is(err, unix.ENOENT) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("%s: volatile mark: %w", l.id, err)

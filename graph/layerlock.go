@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ovlkit/ovlkit/ovl"
 	"golang.org/x/sys/unix"
@@ -93,9 +94,99 @@ type layerLock struct {
 	s  *Store
 	id string
 	fd int
+	// cached: fd belongs to the store's layerFdCache, which keeps it
+	// open; unlock releases the flock and the entry instead of closing.
+	cached *layerFd
 }
 
-func (l *layerLock) unlock() { unix.Close(l.fd) }
+func (l *layerLock) unlock() {
+	if l.cached == nil {
+		unix.Close(l.fd)
+		return
+	}
+	if err := unix.Flock(l.fd, unix.LOCK_UN); err != nil {
+		// Not known to be unlocked: closing the descriptor is what
+		// surely drops the lock.
+		l.cached.closeFd()
+	}
+	l.cached.release()
+}
+
+// layerFdCache keeps the descriptor an exclusive layer lock was taken on
+// open after the lock is released, one per layer, so that the next lock
+// of the layer in this process is an flock and a stat of the path, not an
+// open, an fstat, a stat and a close. A layer's entry is held by one lock
+// at a time within the process (its sem): flock does not exclude two
+// holders of one open file description, other processes and other
+// descriptors it does.
+type layerFdCache struct {
+	mu sync.Mutex
+	m  map[string]*layerFd
+}
+
+// layerFdCacheMax bounds the descriptors the cache keeps open; past it,
+// taking a lock of one more layer closes those not in use.
+const layerFdCacheMax = 128
+
+// layerFd is a cached layer directory descriptor (fd < 0: none open) and
+// the device and inode it was opened on.
+type layerFd struct {
+	sem      chan struct{} // one holder at a time
+	fd       int
+	dev, ino uint64
+}
+
+func (e *layerFd) release() { <-e.sem }
+
+func (e *layerFd) closeFd() {
+	if e.fd >= 0 {
+		unix.Close(e.fd)
+		e.fd = -1
+	}
+}
+
+// entry returns id's entry, made on first use.
+func (c *layerFdCache) entry(id string) *layerFd {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[id]; ok {
+		return e
+	}
+	if c.m == nil {
+		c.m = make(map[string]*layerFd)
+	}
+	if len(c.m) >= layerFdCacheMax {
+		c.closeIdleLocked(layerFdCacheMax / 2)
+	}
+	e := &layerFd{sem: make(chan struct{}, 1), fd: -1}
+	c.m[id] = e
+	return e
+}
+
+// closeIdle closes the descriptors of entries no lock holds until at most
+// keep entries are left. An entry dropped while a lock waits for it is
+// still that lock's: it opens a descriptor of its own, which flock
+// excludes from the next entry's like any other.
+func (c *layerFdCache) closeIdle(keep int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closeIdleLocked(keep)
+}
+
+func (c *layerFdCache) closeIdleLocked(keep int) {
+	for id, e := range c.m {
+		if len(c.m) <= keep {
+			return
+		}
+		select {
+		case e.sem <- struct{}{}:
+			e.closeFd()
+			delete(c.m, id)
+			<-e.sem
+		default:
+		}
+	}
+}
 
 // mounts reads the layer's mount record; a layer never mounted has none.
 func (l *layerLock) mounts() (mountRecord, error) {
@@ -241,6 +332,9 @@ func (s *Store) lockLayerHow(ctx context.Context, id string, how int) (*layerLoc
 	if err := validID(id); err != nil {
 		return nil, err
 	}
+	if how == unix.LOCK_EX {
+		return s.lockLayerCached(ctx, id)
+	}
 	dir := s.layerDir(id)
 	for {
 		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -269,6 +363,63 @@ func (s *Store) lockLayerHow(ctx context.Context, id string, how int) (*layerLoc
 		}
 		if errors.Is(err, unix.ENOENT) {
 			return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+	}
+}
+
+// lockLayerCached is lockLayer through the store's cache of layer
+// directory descriptors: the cached descriptor, or a new one, is locked,
+// and the lock holds if the path still names the directory it was opened
+// on (ApplyDiff exchanges the directory, Remove renames it away).
+func (s *Store) lockLayerCached(ctx context.Context, id string) (*layerLock, error) {
+	e := s.layerFds.entry(id)
+	select {
+	case e.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("lock layer %s: %w", id, ctx.Err())
+	}
+	l, err := s.lockLayerFd(ctx, id, e)
+	if err != nil {
+		e.release()
+		return nil, err
+	}
+	return l, nil
+}
+
+// lockLayerFd locks id through entry e, which the caller holds.
+func (s *Store) lockLayerFd(ctx context.Context, id string, e *layerFd) (*layerLock, error) {
+	dir := s.layerDir(id)
+	for {
+		if e.fd < 0 {
+			fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+				}
+				return nil, fmt.Errorf("lock layer %s: %w", id, err)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				unix.Close(fd)
+				return nil, fmt.Errorf("lock layer %s: %w", id, err)
+			}
+			e.fd, e.dev, e.ino = fd, st.Dev, st.Ino
+		}
+		if err := flockCtx(ctx, e.fd, unix.LOCK_EX); err != nil {
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
+		}
+		var cur unix.Stat_t
+		err := unix.Stat(dir, &cur)
+		if err == nil && cur.Ino == e.ino && cur.Dev == e.dev {
+			return &layerLock{s: s, id: id, fd: e.fd, cached: e}, nil
+		}
+		// The descriptor is of a directory no longer at the path.
+		e.closeFd()
+		if errors.Is(err, unix.ENOENT) {
+			return nil, fmt.Errorf("%s: %w", id, ErrNotExist)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("lock layer %s: %w", id, err)
 		}
 	}
 }

@@ -182,6 +182,9 @@ type Store struct {
 	mu    sync.Mutex // guards lock holders within this process
 	lockF *os.File
 	state stateFile
+	// layerFds keeps the descriptors of layer directories that exclusive
+	// layer locks were taken on, open between locks (see layerFdCache).
+	layerFds layerFdCache
 }
 
 // LayerMounter is the part of the store a runtime needs to use layers.
@@ -504,6 +507,7 @@ func (s *Store) Close() error {
 	err := s.lockF.Close()
 	s.lockF = nil
 	s.state.close()
+	s.layerFds.closeIdle(0)
 	if err != nil {
 		return fmt.Errorf("close store lock: %w", err)
 	}
