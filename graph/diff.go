@@ -192,7 +192,9 @@ func (s *Store) diffInputs(ctx context.Context, id string) (string, []string, er
 		lowers []string
 		diff   string
 	)
-	err := s.view(ctx, func(st *state) error {
+	// No store lock when the state is unchanged: the export that follows
+	// reads the directories without it anyway.
+	err := s.peek(ctx, func(st *state) error {
 		rec, ok := st.Layers[id]
 		if !ok {
 			return fmt.Errorf("%s: %w", id, ErrNotExist)

@@ -576,7 +576,10 @@ func (s *Store) update(ctx context.Context, fn func(st *state) (bool, error)) er
 // peek runs fn on the state as this process last saw it when the state
 // file shows that no process changed it since, which needs no store lock;
 // otherwise it is view. fn must not change the state. It serves readers
-// whose part of the state only changes under a layer lock they hold.
+// whose part of the state only changes under a layer lock they hold, and
+// readers that hold no lock after the read (Diff), for which the state
+// before a transaction that another process has not finished is as good
+// as the state after it.
 func (s *Store) peek(ctx context.Context, fn func(st *state) error) error {
 	s.mu.Lock()
 	if s.lockF != nil {

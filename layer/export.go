@@ -69,7 +69,7 @@ func mtimeOf(st *unix.Stat_t) time.Time { return time.Unix(st.Mtim.Sec, st.Mtim.
 
 // entry writes name (relative, no leading slash) from the node's metadata.
 // Sockets cannot be stored in a tar and are left out.
-func (t *tarWriter) entry(name string, st *unix.Stat_t, metaPath, dataPath string) error {
+func (t *tarWriter) entry(name string, st *unix.Stat_t, metaPath, dataPath string, bare bool) error {
 	if err := t.ctx.Err(); err != nil {
 		return err
 	}
@@ -117,9 +117,12 @@ func (t *tarWriter) entry(name string, st *unix.Stat_t, metaPath, dataPath strin
 	default:
 		return nil
 	}
-	xattrs, err := listXattrs(metaPath)
-	if err != nil {
-		return err
+	var xattrs map[string][]byte
+	if !bare {
+		var err error
+		if xattrs, err = listXattrs(metaPath); err != nil {
+			return err
+		}
 	}
 	for _, k := range sortedKeys(xattrs) {
 		if hdr.PAXRecords == nil {
@@ -247,17 +250,25 @@ func (e *exporter) dir(rel string, n, o node, full bool) error {
 		return err
 	}
 	diff := e.newV.layers[0]
+	var st unix.Stat_t
 	for _, name := range names {
 		p := path.Join(rel, name)
+		fp, bare := "", false
 		if !full {
-			var st unix.Stat_t
-			fp := filepath.Join(diff, p)
+			fp = filepath.Join(diff, p)
 			if err := unix.Lstat(fp, &st); err != nil {
 				return fmt.Errorf("lstat %s: %w", fp, err)
 			}
-			wh, err := e.newV.isWhiteout(fp, &st)
-			if err != nil {
-				return err
+			// Most entries of a diff have no xattrs: one listxattr
+			// then stands for the reads of the overlay's (whiteout,
+			// opaque, redirect, metacopy) and of those the tar keeps.
+			bare = hasNoXattrs(fp)
+			wh := false
+			if !bare || st.Mode&unix.S_IFMT == unix.S_IFCHR {
+				var err error
+				if wh, err = e.newV.isWhiteout(fp, &st); err != nil {
+					return err
+				}
 			}
 			if wh {
 				if err := checkExportName(p); err != nil {
@@ -269,14 +280,20 @@ func (e *exporter) dir(rel string, n, o node, full bool) error {
 				continue
 			}
 		}
-		nc, err := e.newV.lookup(n, name)
+		// The lookup starts with the same lstat of fp, made just above.
+		var nc node
+		if fp != "" {
+			nc, err = e.newV.lookupKnown(n, name, fp, &st, bare)
+		} else {
+			nc, err = e.newV.lookup(n, name)
+		}
 		if err != nil {
 			return err
 		}
 		if !nc.exists {
 			continue
 		}
-		if err := e.entry(p, &nc.st, nc.path, nc.data); err != nil {
+		if err := e.entry(p, &nc.st, nc.path, nc.data, bare && nc.path == fp); err != nil {
 			return err
 		}
 		if !nc.isDir() {
@@ -337,7 +354,7 @@ func exportChanges(ctx context.Context, w io.Writer, newRoot string, changes []C
 			if err := unix.Lstat(full, &st); err != nil {
 				return fmt.Errorf("layer: export change %s: %w", c.Path, err)
 			}
-			if err := t.entry(rel, &st, full, full); err != nil {
+			if err := t.entry(rel, &st, full, full, false); err != nil {
 				return fmt.Errorf("layer: export changes: %w", err)
 			}
 		default:

@@ -126,6 +126,14 @@ func (v *fsView) isOpaque(full string) (bool, error) {
 
 // lookup resolves the child name of the merged directory parent.
 func (v *fsView) lookup(parent node, name string) (node, error) {
+	return v.lookupKnown(parent, name, "", nil, false)
+}
+
+// lookupKnown is lookup with the lstat of one path, known, already made by
+// the caller: the lookup takes it instead of asking again. bare says the
+// caller found known without any xattr, so without the overlay's: the
+// lookup then reads none of them there.
+func (v *fsView) lookupKnown(parent node, name, known string, knownSt *unix.Stat_t, bare bool) (node, error) {
 	var res node
 	needData := false
 	parts := parent.stack
@@ -135,15 +143,21 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 		rel := path.Join(p.rel, cur)
 		full := filepath.Join(v.layers[p.layer], rel)
 		var st unix.Stat_t
-		if err := unix.Lstat(full, &st); err != nil {
+		noXattrs := false
+		if knownSt != nil && full == known {
+			st, noXattrs = *knownSt, bare
+		} else if err := unix.Lstat(full, &st); err != nil {
 			if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) {
 				continue
 			}
 			return node{}, fmt.Errorf("lookup %s: %w", full, err)
 		}
-		wh, err := v.isWhiteout(full, &st)
-		if err != nil {
-			return node{}, err
+		var wh bool
+		var err error
+		if !noXattrs || st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			if wh, err = v.isWhiteout(full, &st); err != nil {
+				return node{}, err
+			}
 		}
 		isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 		if !res.exists {
@@ -164,7 +178,7 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 			}
 		}
 		if isDir {
-			opaque, redirect, err := v.mergeDir(&res, full, dirPart{layer: p.layer, rel: rel})
+			opaque, redirect, err := v.mergeDir(&res, full, dirPart{layer: p.layer, rel: rel}, noXattrs)
 			if err != nil {
 				return node{}, err
 			}
@@ -176,9 +190,11 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 			}
 			continue
 		}
-		meta, redirect, err := v.metacopy(full, &st)
-		if err != nil {
-			return node{}, err
+		meta, redirect := false, ""
+		if !noXattrs {
+			if meta, redirect, err = v.metacopy(full, &st); err != nil {
+				return node{}, err
+			}
 		}
 		if !meta {
 			res.data = full
@@ -198,9 +214,12 @@ func (v *fsView) lookup(parent node, name string) (node, error) {
 // mergeDir adds the directory full, part of a merged directory, to res.
 // It reports whether the directory is opaque, which ends the merge, and
 // where its redirect sends the lookup ("" for nowhere); the topmost
-// directory's flags are recorded in res.
-func (v *fsView) mergeDir(res *node, full string, part dirPart) (bool, string, error) {
+// directory's flags are recorded in res. bare: full has no xattrs.
+func (v *fsView) mergeDir(res *node, full string, part dirPart, bare bool) (bool, string, error) {
 	res.stack = append(res.stack, part)
+	if bare {
+		return false, "", nil
+	}
 	opaque, err := v.isOpaque(full)
 	if err != nil {
 		return false, "", err

@@ -44,6 +44,13 @@ func lgetxattr(path, name string) ([]byte, bool, error) {
 
 // listXattrs returns every xattr of path except overlayfs' own, without
 // following a final symlink.
+// hasNoXattrs reports whether path (not followed) surely has no xattrs:
+// listxattr says there are none. An error says nothing.
+func hasNoXattrs(path string) bool {
+	n, err := unix.Llistxattr(path, nil)
+	return err == nil && n == 0
+}
+
 func listXattrs(path string) (map[string][]byte, error) {
 	return ReadXattrs(path, func(name string) bool { return !ovl.IsPrivate(name) })
 }
