@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func TestServeOverUnixSocket(t *testing.T) {
 	}
 	ready := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, sn, sock, func() { close(ready) }) }()
+	go func() { done <- Serve(ctx, sn, sock, func() { close(ready) }) }()
 	select {
 	case <-ready:
 	case err := <-done:
