@@ -32,11 +32,13 @@
 // TestStoreCrash does the same for the layer store (package graph): see
 // store_test.go.
 //
-// It needs CONFIG_BLK_DEV_DM and CONFIG_DM_LOG_WRITES (kconfig/crash.config)
-// and the ext4 and xfs disks of the harness (it reads their freshly made
-// filesystems; the guest has no mkfs), and takes minutes per filesystem
-// under TCG. It is a module of its own so that the default package
-// pattern (./tests/guest/...) does not reach it: "make crash-test" runs it.
+// It needs CONFIG_BLK_DEV_DM and CONFIG_DM_LOG_WRITES (kconfig/guest.config
+// has them) and the ext4 and xfs disks of the harness (it reads their
+// freshly made filesystems; the guest has no mkfs), and takes minutes per
+// filesystem under TCG. It is a module of its own so that the default
+// package pattern (./tests/guest/...) does not reach it: "make crash-test"
+// runs all of it, and "make crash-replay-short" (part of "make test") a
+// fixed few runs with few replay points.
 package crash
 
 import (
