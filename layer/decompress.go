@@ -36,10 +36,12 @@ func decompress(r io.Reader, maxWindow int64) (io.Reader, func(), error) {
 	// The header goes back in front of the stream; a plain tar is then
 	// read straight from r, without a copy through a buffer.
 	src := io.MultiReader(bytes.NewReader(head), r)
-	buffered := func() *bufio.Reader { return bufio.NewReaderSize(src, 256<<10) }
+	buffered := func(size int) *bufio.Reader { return bufio.NewReaderSize(src, size) }
 	switch {
 	case bytes.HasPrefix(head, magicGzip):
-		zr, err := gzip.NewReader(buffered())
+		// gzip reads its input byte by byte (io.ByteReader) from the
+		// buffer itself.
+		zr, err := gzip.NewReader(buffered(256 << 10))
 		if err != nil {
 			return nil, nil, fmt.Errorf("gzip layer: %w", err)
 		}
@@ -49,7 +51,12 @@ func decompress(r io.Reader, maxWindow int64) (io.Reader, func(), error) {
 	case bytes.HasPrefix(head, magicZstd):
 		// The default concurrency decodes blocks ahead of the tar reader
 		// on a machine with spare CPUs and decodes synchronously on one.
-		br := buffered()
+		// zstd reads each block whole into a buffer of its own, up to
+		// 128 KiB: bufio passes a read at least as large as its buffer,
+		// when empty, straight to the source, so a small buffer serves
+		// the headers and lets most of each block be copied once, from
+		// the source into the decoder, instead of through the buffer.
+		br := buffered(16 << 10)
 		opts := []zstd.DOption{zstd.WithDecoderLowmem(!roomyHistory(br))}
 		if maxWindow > 0 {
 			// The frame header's window is checked against this before
@@ -62,7 +69,7 @@ func decompress(r io.Reader, maxWindow int64) (io.Reader, func(), error) {
 		}
 		return &zstdLimited{r: zr, max: maxWindow}, zr.Close, nil
 	case bytes.HasPrefix(head, magicBzip2):
-		return bzip2.NewReader(buffered()), func() {}, nil
+		return bzip2.NewReader(buffered(256 << 10)), func() {}, nil
 	case bytes.HasPrefix(head, magicXz):
 		return nil, nil, errors.New("xz-compressed layers are not supported")
 	}
