@@ -22,11 +22,12 @@ import (
 // OVLKIT_BENCH_FS (tmpfs by default), one CPU profile per contender over
 // its b.N applies. The
 // guest has no channel back for files, so each profile is logged as
-// base64 lines "pprof <contender>-<run> <chunk>"; cmd/benchprofile turns the run's
+// base64 lines "pprof <contender>-<n> <chunk>", n counting the contender's
+// runs (-count repeats each sub-benchmark, and the testing package may run
+// one more than once to size it); cmd/benchprofile turns the run's
 // JSON events back into profile files for go tool pprof. Each contender
 // also reports its MB/s, so the profile can be read against the figures.
 func BenchmarkApplyZstdProfile(b *testing.B) {
-	profileRuns++ // this run's profiles are named <contender>-<n>, n from here
 	d := testLayer(b)
 	fs := benchFilesystems(b)[0]
 	contenders := append(appliers[:2:2], decodeOnly, decodeOnlyHistory)
@@ -56,7 +57,8 @@ func BenchmarkApplyZstdProfile(b *testing.B) {
 			b.StopTimer()
 			pprof.StopCPUProfile()
 			b.ReportMetric(float64(d.content)*float64(b.N)/1e6/b.Elapsed().Seconds(), "MB/s")
-			name := fmt.Sprintf("%s-%d", a.name, profileRuns)
+			profileRuns[a.name]++
+			name := fmt.Sprintf("%s-%d", a.name, profileRuns[a.name])
 			enc := base64.StdEncoding.EncodeToString(prof.Bytes())
 			for len(enc) > 0 {
 				n := min(len(enc), 3000)
@@ -85,6 +87,6 @@ var decodeOnlyHistory = struct {
 	return err
 }}
 
-// profileRuns counts the runs of BenchmarkApplyZstdProfile (-count), which
-// name its profiles.
-var profileRuns int
+// profileRuns counts each contender's runs in BenchmarkApplyZstdProfile,
+// which name its profiles: every run logs a profile of its own.
+var profileRuns = map[string]int{}
