@@ -29,6 +29,13 @@ import (
 //go:embed xfstests_guest.sh
 var xfstestsGuestScript []byte
 
+// xfstestsScope is systemd-run --scope and systemctl stop for the guest,
+// which has no systemd (/ovlkit/scope.sh): check runs each test in a scope
+// and stops it afterwards, killing what the test left running.
+//
+//go:embed xfstests_scope.sh
+var xfstestsScope []byte
+
 // guestLib is what the guest scripts share (/ovlkit/lib.sh).
 //
 //go:embed guest_lib.sh
@@ -391,6 +398,9 @@ func controlDisk(ctx context.Context, dir, fs string, check []string, script []b
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(src, "lib.sh"), guestLib, 0o644); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(src, "scope.sh"), xfstestsScope, 0o755); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(filepath.Join(src, "run.sh"), script, 0o755); err != nil {

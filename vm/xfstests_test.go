@@ -3,10 +3,16 @@ package vm
 import (
 	"bytes"
 	"encoding/xml"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // A report as xfstests' common/report writes it, with a pass, a not-run
@@ -176,5 +182,108 @@ func TestWriteXfstestsReports(t *testing.T) {
 	}
 	if len(doc.Suites) != 2 || doc.Suites[0].Failures != 0 || doc.Suites[1].Failures != 2 || doc.Suites[1].Tests != 2 {
 		t.Errorf("JUnit suites %+v: want stock clean, patched with the failing test and the run problem", doc.Suites)
+	}
+}
+
+// TestXfstestsScope runs the guest's systemd-run and systemctl stand-ins
+// (xfstests_scope.sh) the way check does: its probe must see the exit
+// status, and stopping a test's scope must kill what the test left
+// running in the background, as overlay/058 does.
+func TestXfstestsScope(t *testing.T) {
+	for _, tool := range []string{"bash", "setsid", "pkill", "ps"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is needed to run the guest's scope.sh: %v", tool, err)
+		}
+	}
+	bin := t.TempDir()
+	scopes := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "systemd-run"), xfstestsScope, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("systemd-run", filepath.Join(bin, "systemctl")); err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) (int, string) {
+		cmd := exec.Command(filepath.Join(bin, name), args...)
+		cmd.Env = append(os.Environ(), "OVLKIT_SCOPE_DIR="+scopes)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, string(out)
+		case errors.As(err, &ee):
+			return ee.ExitCode(), string(out)
+		}
+		t.Fatalf("%s %v: %v", name, args, err)
+		return -1, ""
+	}
+
+	// check's probe: HAVE_SYSTEMD_SCOPES is set only on exit status 77.
+	if rc, out := run("systemctl", "reset-failed", "fstests-check"); rc != 0 {
+		t.Errorf("systemctl reset-failed: exit %d: %s", rc, out)
+	}
+	if rc, out := run("systemd-run", "--quiet", "--unit", "fstests-check", "--scope", "bash", "-c", "exit 77"); rc != 77 {
+		t.Errorf("probe: exit %d, want 77: %s", rc, out)
+	}
+
+	// A test that leaves a process behind, like overlay/058's backgrounded
+	// open_by_handle -s, whose parent shell alone is killed.
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	unit := "fsoverlay-058.scope"
+	// Its output goes elsewhere, or the pipe would stay open as long as
+	// it runs.
+	script := `f() { sleep 300 & echo $! >"$1.tmp"; mv "$1.tmp" "$1"; wait; }; f "$1" >/dev/null 2>&1 & exit 3`
+	if rc, out := run("systemd-run", "--quiet", "--unit", unit, "--scope", "bash", "-c", script, "test", pidFile); rc != 3 {
+		t.Fatalf("test in a scope: exit %d, want the test's 3: %s", rc, out)
+	}
+	var b []byte
+	var err error
+	for i := 0; i < 100; i++ {
+		if b, err = os.ReadFile(pidFile); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("the test's background process never started: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("pid file: %v", err)
+	}
+	// The sleep is the child of the function's subshell, not of the test:
+	// killing the test's children alone would leave it.
+	alive := func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return false
+		}
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return !strings.HasPrefix(rest, "Z")
+	}
+	if !alive() {
+		t.Fatalf("the test's background process %d is gone before the scope is stopped", pid)
+	}
+	t.Cleanup(func() {
+		if alive() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if rc, out := run("systemctl", "stop", unit); rc != 0 {
+		t.Errorf("systemctl stop: exit %d: %s", rc, out)
+	}
+	if alive() {
+		t.Errorf("process %d the test left behind still runs after systemctl stop", pid)
+	}
+	if _, err := os.Stat(filepath.Join(scopes, unit)); !os.IsNotExist(err) {
+		t.Errorf("scope record %s left after stop: %v", unit, err)
+	}
+
+	// What check does not use fails, so tests that need systemd stay not run.
+	if rc, _ := run("systemctl", "show-environment"); rc == 0 {
+		t.Error("systemctl show-environment succeeded: tests would take the guest for a systemd system")
+	}
+	if rc, _ := run("systemd-run", "--unit", "x", "true"); rc == 0 {
+		t.Error("systemd-run without --scope succeeded")
 	}
 }
