@@ -38,8 +38,9 @@ dmesg -n 1
 # busy for every later test). The guest has no systemd: scope.sh makes a
 # scope of a session. The root is a snapshot, so this lasts one boot.
 if ! install -m 0755 /ovlkit/scope.sh /usr/local/bin/systemd-run ||
-	! ln -sf systemd-run /usr/local/bin/systemctl; then
-	say "cannot install scope.sh as systemd-run and systemctl"
+	! ln -sf systemd-run /usr/local/bin/systemctl ||
+	! ln -sf systemd-run /usr/local/bin/systemd-escape; then
+	say "cannot install scope.sh as systemd-run, systemctl and systemd-escape"
 	exit 1
 fi
 

@@ -10,10 +10,11 @@
 # process of that session. A process that starts a session of its own
 # escapes, where a cgroup would keep it.
 #
-# Installed as /usr/local/bin/systemd-run, with systemctl a link to it.
-# Takes what check passes: systemd-run --quiet --unit UNIT --scope CMD...,
-# systemctl reset-failed UNIT, systemctl stop UNIT. Every other systemctl
-# command fails, so tests that need a running systemd stay not run.
+# Installed as /usr/local/bin/systemd-run, with systemctl and
+# systemd-escape links to it. Takes what check passes: systemd-escape
+# NAME, systemd-run --quiet --unit UNIT --scope CMD..., systemctl
+# reset-failed UNIT, systemctl stop UNIT. Every other systemctl command
+# fails, so tests that need a running systemd stay not run.
 set -u
 dir=${OVLKIT_SCOPE_DIR:-/run/ovlkit-scopes}
 
@@ -25,6 +26,13 @@ alive() {
 }
 
 case ${0##*/} in
+systemd-escape)
+	# What check needs of it: a unit name without "/" for a test's name,
+	# the one systemd gives ("fsoverlay/058" is "fsoverlay-058").
+	[ $# = 1 ] || { echo "systemd-escape: one name only" >&2; exit 1; }
+	name=${1//-/\\x2d}
+	printf '%s\n' "${name//\//-}"
+	;;
 systemd-run)
 	unit="" scope=0
 	while [ $# -gt 0 ]; do
@@ -71,7 +79,7 @@ systemctl)
 	esac
 	;;
 *)
-	echo "${0##*/}: run as systemd-run or systemctl" >&2
+	echo "${0##*/}: run as systemd-run, systemctl or systemd-escape" >&2
 	exit 1
 	;;
 esac

@@ -200,12 +200,15 @@ func TestXfstestsScope(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bin, "systemd-run"), xfstestsScope, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("systemd-run", filepath.Join(bin, "systemctl")); err != nil {
-		t.Fatal(err)
+	for _, link := range []string{"systemctl", "systemd-escape"} {
+		if err := os.Symlink("systemd-run", filepath.Join(bin, link)); err != nil {
+			t.Fatal(err)
+		}
 	}
+	env := append(os.Environ(), "OVLKIT_SCOPE_DIR="+scopes, "PATH="+bin+":"+os.Getenv("PATH"))
 	run := func(name string, args ...string) (int, string) {
 		cmd := exec.Command(filepath.Join(bin, name), args...)
-		cmd.Env = append(os.Environ(), "OVLKIT_SCOPE_DIR="+scopes)
+		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		switch {
@@ -227,17 +230,42 @@ func TestXfstestsScope(t *testing.T) {
 	}
 
 	// A test that leaves a process behind, like overlay/058's backgrounded
-	// open_by_handle -s, whose parent shell alone is killed.
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	unit := "fsoverlay-058.scope"
+	// open_by_handle -s, whose parent shell alone is killed, run by the
+	// scope part of check's _run_seq (xfstests 63a29724a85f). Whatever
+	// the stand-ins print lands in the test's output and fails it.
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
 	// Its output goes elsewhere, or the pipe would stay open as long as
 	// it runs.
-	script := `f() { sleep 300 & echo $! >"$1.tmp"; mv "$1.tmp" "$1"; wait; }; f "$1" >/dev/null 2>&1 & exit 3`
-	if rc, out := run("systemd-run", "--quiet", "--unit", unit, "--scope", "bash", "-c", script, "test", pidFile); rc != 3 {
-		t.Fatalf("test in a scope: exit %d, want the test's 3: %s", rc, out)
+	test := `f() { sleep 300 & echo $! >"$1.tmp"; mv "$1.tmp" "$1"; wait; }
+f "$1" >/dev/null 2>&1 &
+while [ ! -e "$1" ]; do sleep 0.05; done
+exit 3`
+	if err := os.MkdirAll(filepath.Join(dir, "overlay"), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "overlay", "058"), []byte("#!/bin/bash\n"+test+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runSeq := `seq=overlay/058
+local_unit="$(systemd-escape "fs$seq").scope"
+systemctl reset-failed "${local_unit}" &> /dev/null
+systemd-run --quiet --unit "${local_unit}" --scope bash -c "exec ./$seq $1"
+res=$?
+systemctl stop "${local_unit}" &> /dev/null
+exit $res`
+	cmd := exec.Command("bash", "-c", runSeq, "check", pidFile)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("check's _run_seq: %v, want the test's exit status 3: %s", err, out)
+	}
+	if len(out) > 0 {
+		t.Errorf("check's _run_seq printed %q: it would be in the test's output", out)
+	}
+	unit := "fsoverlay-058.scope"
 	var b []byte
-	var err error
 	for i := 0; i < 100; i++ {
 		if b, err = os.ReadFile(pidFile); err == nil {
 			break
@@ -261,22 +289,40 @@ func TestXfstestsScope(t *testing.T) {
 		_, rest, _ := strings.Cut(string(stat), ") ")
 		return !strings.HasPrefix(rest, "Z")
 	}
-	if !alive() {
-		t.Fatalf("the test's background process %d is gone before the scope is stopped", pid)
-	}
 	t.Cleanup(func() {
 		if alive() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	if rc, out := run("systemctl", "stop", unit); rc != 0 {
-		t.Errorf("systemctl stop: exit %d: %s", rc, out)
-	}
 	if alive() {
 		t.Errorf("process %d the test left behind still runs after systemctl stop", pid)
 	}
 	if _, err := os.Stat(filepath.Join(scopes, unit)); !os.IsNotExist(err) {
 		t.Errorf("scope record %s left after stop: %v", unit, err)
+	}
+
+	// The same test, its scope not stopped: what it leaves keeps running,
+	// so the check above proves the stop.
+	if rc, out := run("systemd-run", "--quiet", "--unit", unit, "--scope", "bash", "-c", test, "test", pidFile+"2"); rc != 3 {
+		t.Fatalf("test in a scope: exit %d, want the test's 3: %s", rc, out)
+	}
+	for i := 0; i < 100; i++ {
+		if b, err = os.ReadFile(pidFile + "2"); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+		t.Fatalf("pid file: %v", err)
+	}
+	if !alive() {
+		t.Errorf("process %d the test left behind is gone before its scope was stopped", pid)
+	}
+	if rc, out := run("systemctl", "stop", unit); rc != 0 || alive() {
+		t.Errorf("systemctl stop: exit %d, process %d alive %v: %s", rc, pid, alive(), out)
+	}
+	if _, esc := run("systemd-escape", "a-b/c"); esc != "a\\x2db-c\n" {
+		t.Errorf("systemd-escape a-b/c = %q, want systemd's a\\x2db-c", esc)
 	}
 
 	// What check does not use fails, so tests that need systemd stay not run.
