@@ -165,7 +165,8 @@ test-debug: deps ## both kernels with kconfig/debug.config, the whole suite plus
 		KCONFIG_EXTRA=debug scripts/kernel.sh build $$tree; \
 		echo "test-debug: $$tree debug kernel built in $$(( $$(date +%s) - start ))s"; \
 		img=$$(KCONFIG_EXTRA=debug scripts/kernel.sh path $$tree); \
-		go run ./tools/kconfigcheck -v -config $${img%/arch/x86/boot/bzImage}/.config kconfig/debug.config; \
+		go run ./tools/kconfigcheck -v -config $${img%/arch/x86/boot/bzImage}/.config kconfig/debug.config \
+			$$(ls kconfig/debug-$(KBASE).config 2>/dev/null); \
 	done
 	@start=$$(date +%s); \
 	$(OVLVM) test -stock "$$(KCONFIG_EXTRA=debug scripts/kernel.sh path stock)" \

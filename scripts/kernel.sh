@@ -20,7 +20,9 @@ ROOT=$(kernel_root)
 # kconfig/$KBASE.config, when present, holds what this base needs beyond
 # guest and overlay (symbols renamed or newly gated since 6.1); it is merged
 # after them and before the extra fragments. It is not part of the build
-# directory's name: the cache already keeps each base apart.
+# directory's name: the cache already keeps each base apart. An extra
+# fragment NAME may have a part for one base only, kconfig/NAME-$KBASE.config
+# (symbols that base has and others do not), merged after all the others.
 BASE_FRAGMENT=()
 if [ -f "$OVLKIT_TOP/kconfig/$KBASE.config" ]; then
 	BASE_FRAGMENT=("$KBASE")
@@ -135,6 +137,11 @@ cmd_config() {
 	for f in guest overlay "${BASE_FRAGMENT[@]}" "${EXTRA_FRAGMENTS[@]}"; do
 		[ -f "$OVLKIT_TOP/kconfig/$f.config" ] || die "kconfig/$f.config not found"
 		frags+=("$OVLKIT_TOP/kconfig/$f.config")
+	done
+	for f in "${EXTRA_FRAGMENTS[@]}"; do
+		if [ -f "$OVLKIT_TOP/kconfig/$f-$KBASE.config" ]; then
+			frags+=("$OVLKIT_TOP/kconfig/$f-$KBASE.config")
+		fi
 	done
 	local stamp
 	stamp=$(cat "${frags[@]}" | sha256sum | cut -c1-16)
