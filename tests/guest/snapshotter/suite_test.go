@@ -102,9 +102,8 @@ func TestContainerdSuiteOverGRPC(t *testing.T) {
 			if err != nil {
 				return nil, nil, err
 			}
-			// The guest kernel has no unix sockets (nor IP): the
-			// connection is in memory, the rest is the gRPC server and
-			// client containerd and ovlsnapd use.
+			// The connection is in memory; the rest is the gRPC
+			// server and client containerd and ovlsnapd use.
 			l := bufconn.Listen(1 << 20)
 			rpc := grpc.NewServer()
 			snapshotsapi.RegisterSnapshotsServer(rpc, snapshotservice.FromSnapshotter(sn))
