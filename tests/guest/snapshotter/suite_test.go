@@ -102,8 +102,9 @@ func TestContainerdSuiteOverGRPC(t *testing.T) {
 			if err != nil {
 				return nil, nil, err
 			}
-			// The connection is in memory; the rest is the gRPC
-			// server and client containerd and ovlsnapd use.
+			// The connection is in memory, the rest is the gRPC
+			// server and client containerd and ovlsnapd use; the
+			// unix socket containerd dials is TestContainerdDaemon's.
 			l := bufconn.Listen(1 << 20)
 			rpc := grpc.NewServer()
 			snapshotsapi.RegisterSnapshotsServer(rpc, snapshotservice.FromSnapshotter(sn))
