@@ -143,7 +143,7 @@ snapshotter-short: deps kernel ## containerd's snapshotter suite in process on t
 	@mkdir -p $(OUT)
 	cd snapshotter && GOWORK=$$PWD/go.work go test -count=1 ./...
 	$(OVLVM) test -pkg ./tests/guest/snapshotter -fs ext4 -mem 1024 \
-		-run 'TestContainerdSuite$$|TestStrictUpperOption|TestFsyncStrictOption' \
+		-run 'TestContainerdSuite$$|TestStrictUpperOption|TestFsyncStrictOption|TestContainerdDaemon' \
 		-junit $(OUT)/junit-snapshotter.xml -json $(OUT)/guest-snapshotter.json
 
 # The debug run: stock and patched built with kconfig/debug.config (KASAN,
