@@ -136,10 +136,11 @@ snapshotter-test: deps kernel ## the containerd snapshotter: its host tests, the
 		-junit $(OUT)/junit-snapshotter.xml -json $(OUT)/guest-snapshotter.json
 
 # make test's part of it: the module's host tests, then containerd's suite
-# in process on tmpfs and ext4 and the two proofs, on both kernels (the
-# whole of snapshotter-test took six minutes of guest time under TCG).
+# in process on tmpfs and ext4, the two proofs, and a real containerd and
+# ctr over ovlsnapd's socket, on both kernels (the whole of
+# snapshotter-test took six minutes of guest time under TCG).
 .PHONY: snapshotter-short
-snapshotter-short: deps kernel ## containerd's snapshotter suite in process on tmpfs and ext4, both kernels (part of make test)
+snapshotter-short: deps kernel ## containerd's snapshotter suite on tmpfs and ext4, and a real containerd and ctr over ovlsnapd, both kernels (part of make test)
 	@mkdir -p $(OUT)
 	cd snapshotter && GOWORK=$$PWD/go.work go test -count=1 ./...
 	$(OVLVM) test -pkg ./tests/guest/snapshotter -fs ext4 -mem 1024 \
