@@ -245,7 +245,9 @@ REGRESS_GROUP ?= auto
 REGRESS_FS ?= ext4,xfs
 ## XFSTESTS=upstream: xfstests-dev for make regress, a path or git URL
 ## XFSTESTS_REF=: the xfstests commit for make regress (default its head)
-export XFSTESTS XFSTESTS_REF
+## UNIONMOUNT=upstream: unionmount-testsuite for make regress (overlay/100-117), a path, git URL or none
+## UNIONMOUNT_REF=: the unionmount-testsuite commit for make regress (default its head)
+export XFSTESTS XFSTESTS_REF UNIONMOUNT UNIONMOUNT_REF
 .PHONY: regress
 regress: deps kernel ## xfstests' overlay tests on both kernels in a Debian guest (hours under TCG)
 	@mkdir -p $(OUT)

@@ -9,6 +9,10 @@
 #               repository) or a git URL; default: upstream xfstests-dev;
 #               "none" for the Debian guest without xfstests
 #   XFSTESTS_REF=  commit, tag or branch to build (default: its HEAD)
+#   UNIONMOUNT= unionmount-testsuite, which overlay/100 to 117 run: a
+#               directory or a git URL; default: upstream; "none" leaves
+#               it out (those tests then report "not run")
+#   UNIONMOUNT_REF=  its commit, tag or branch (default: its HEAD)
 #   SUITE=      Debian suite (default: bookworm)
 #   MIRROR=     Debian mirror (default: the one apt on this host uses)
 #   CACHE=      cache directory; the image is
@@ -21,6 +25,9 @@ set -euo pipefail
 UPSTREAM=git://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git
 XFSTESTS=${XFSTESTS:-$UPSTREAM}
 XFSTESTS_REF=${XFSTESTS_REF:-}
+UNIONMOUNT_UPSTREAM=https://github.com/amir73il/unionmount-testsuite.git
+UNIONMOUNT=${UNIONMOUNT:-$UNIONMOUNT_UPSTREAM}
+UNIONMOUNT_REF=${UNIONMOUNT_REF:-}
 SUITE=${SUITE:-bookworm}
 CACHE=${CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ovlkit}
 IMAGE_SIZE=${IMAGE_SIZE:-6G}
@@ -194,13 +201,38 @@ else
 	commit=$(git -C "$src" rev-parse HEAD)
 fi
 
+# unionmount-testsuite: Python scripts, nothing to build. xfstests'
+# overlay/100 to 117 run it against the overlay they set up; it goes with
+# xfstests only.
+um_src=$work/unionmount-testsuite
+um_commit=none
+if [ "$commit" != none ] && [ "$UNIONMOUNT" != none ]; then
+	if [ -d "$UNIONMOUNT" ] && ! git -C "$UNIONMOUNT" rev-parse --git-dir >/dev/null 2>&1; then
+		cp -a "$UNIONMOUNT" "$um_src"
+		um_commit=tree-$(cd "$um_src" && find . -type f ! -path './.git/*' -print0 | sort -z |
+			xargs -0 sha256sum | sha256sum | cut -c1-16)
+	else
+		say "cloning $UNIONMOUNT"
+		if ! git clone --quiet "$UNIONMOUNT" "$um_src" 2>"$work/um-clone.err"; then
+			cat "$work/um-clone.err" >&2
+			die "cannot clone $UNIONMOUNT. Without network, pass a local copy of unionmount-testsuite:
+    UNIONMOUNT=/path/to/unionmount-testsuite (UNIONMOUNT_REF= picks a commit), or UNIONMOUNT=none"
+		fi
+		if [ -n "$UNIONMOUNT_REF" ]; then
+			git -C "$um_src" checkout --quiet "$UNIONMOUNT_REF" ||
+				die "no $UNIONMOUNT_REF in $UNIONMOUNT"
+		fi
+		um_commit=$(git -C "$um_src" rev-parse HEAD)
+	fi
+fi
+
 # The image is rebuilt when what goes into it changes, not for edits
 # elsewhere in this script.
-initsum=$(printf '%s\n%s\n%s\n' "$PACKAGES" "$INIT" "$SU" | sha256sum | cut -c1-12)
+initsum=$(printf '%s\n%s\n%s\n%s\n' "$PACKAGES" "$INIT" "$SU" "$um_commit" | sha256sum | cut -c1-12)
 dir=$CACHE/xfstests/$SUITE-$commit
 img=$dir/root.img
 if [ -f "$img" ] && [ "$(cat "$dir/recipe" 2>/dev/null)" = "$initsum" ]; then
-	say "cached: $img (xfstests $commit)"
+	say "cached: $img (xfstests $commit, unionmount-testsuite $um_commit)"
 	echo "$img"
 	exit 0
 fi
@@ -250,6 +282,12 @@ if [ "$commit" != none ]; then
 		  die "xfstests build failed (log: $dir/build.log)"; }
 	echo "$commit" >"$root/opt/xfstests/COMMIT"
 fi
+rm -rf "$root/opt/unionmount-testsuite"
+if [ "$um_commit" != none ]; then
+	rm -rf "$um_src/.git"
+	cp -a "$um_src" "$root/opt/unionmount-testsuite"
+	echo "$um_commit" >"$root/opt/unionmount-testsuite/COMMIT"
+fi
 
 # The users and groups xfstests' tests switch to.
 in_root sh -c 'groupadd -f fsgqa; id fsgqa >/dev/null 2>&1 || useradd -m -g fsgqa fsgqa
@@ -273,5 +311,6 @@ rm -rf "$root" "$dir/debootstrap.done"
 root=""
 echo "$initsum" >"$dir/recipe"
 echo "$commit" >"$dir/commit"
+echo "$um_commit" >"$dir/unionmount-commit"
 phase "done: $img"
 echo "$img"

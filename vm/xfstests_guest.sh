@@ -26,6 +26,11 @@ export TEST_DIR=/mnt/test
 export SCRATCH_DEV=$scratch_dev
 export SCRATCH_MNT=/mnt/scratch
 EOF
+# overlay/100 to 117 drive unionmount-testsuite when the image has it.
+if [ -x /opt/unionmount-testsuite/run ]; then
+	echo "export UNIONMOUNT_TESTSUITE=/opt/unionmount-testsuite" >>/opt/xfstests/local.config
+	say "unionmount-testsuite $(cat /opt/unionmount-testsuite/COMMIT)"
+fi
 
 # Kernel messages stay in the log (copied back as dmesg.txt, and check
 # reads it after each test) but off the console, where they would land in
