@@ -163,6 +163,11 @@ func decodeSuper(r io.ReaderAt, size int64) (Super, error) {
 		return Super{}, fmt.Errorf("%w: sector size %d is not a power of two in [%d, %d]",
 			ErrFormat, ss, minSectorSize, maxSectorSize)
 	}
+	// The super block fills a whole sector; a log shorter than one
+	// sector would also make the count below wrap.
+	if size < ss {
+		return Super{}, fmt.Errorf("%w: %d bytes is smaller than a %d-byte sector", ErrFormat, size, ss)
+	}
 	// Every entry takes at least its header sector: a count the size
 	// cannot hold is damage, and is refused before anything is allocated
 	// for it.

@@ -252,6 +252,11 @@ func TestDecodeRejects(t *testing.T) {
 		{"version", func(b []byte) []byte { le.PutUint64(b[8:], 2); return b }},
 		{"sector size", func(b []byte) []byte { le.PutUint32(b[24:], 1000); return b }},
 		{"too many entries", func(b []byte) []byte { le.PutUint64(b[16:], 1<<60); return b }},
+		{"sector larger than the log", func(b []byte) []byte {
+			le.PutUint32(b[24:], 4096)
+			le.PutUint64(b[16:], 1<<60)
+			return b[:512]
+		}},
 		{"truncated data", func(b []byte) []byte { return b[:len(b)-512] }},
 		{"huge write", func(b []byte) []byte { le.PutUint64(b[512+8:], 1<<61); return b }},
 		{"unknown flag", func(b []byte) []byte { le.PutUint64(b[512+16:], 1<<9); return b }},
