@@ -178,27 +178,36 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# fetch_source FROM REF DEST HINT: FROM (a plain directory, or a git
+# repository or URL, checked out at REF if set) copied to DEST; prints its
+# commit, or for a plain tree, which has none to record, a hash of its
+# content. HINT says what to pass instead when a clone fails.
+fetch_source() {
+	local from=$1 ref=$2 dest=$3 hint=$4
+	if [ -d "$from" ] && ! git -C "$from" rev-parse --git-dir >/dev/null 2>&1; then
+		cp -a "$from" "$dest"
+		echo "tree-$(cd "$dest" && find . -type f ! -path './.git/*' -print0 | sort -z |
+			xargs -0 sha256sum | sha256sum | cut -c1-16)"
+		return
+	fi
+	say "cloning $from"
+	if ! git clone --quiet "$from" "$dest" 2>"$dest.clone-err"; then
+		cat "$dest.clone-err" >&2
+		die "cannot clone $from. Without network, pass a local copy: $hint"
+	fi
+	if [ -n "$ref" ]; then
+		git -C "$dest" checkout --quiet "$ref" || die "no $ref in $from"
+	fi
+	git -C "$dest" rev-parse HEAD
+}
+
 src=$work/xfstests
-if [ "$XFSTESTS" = none ]; then
-	# The Debian guest alone, for checks that need its userland but not
-	# xfstests (ovlvm readers).
-	commit=none
-elif [ -d "$XFSTESTS" ] && ! git -C "$XFSTESTS" rev-parse --git-dir >/dev/null 2>&1; then
-	# A plain source tree: no commit to record, so key by content.
-	cp -a "$XFSTESTS" "$src"
-	commit=tree-$(cd "$src" && find . -type f ! -path './.git/*' -print0 | sort -z |
-		xargs -0 sha256sum | sha256sum | cut -c1-16)
-else
-	say "cloning $XFSTESTS"
-	if ! git clone --quiet "$XFSTESTS" "$src" 2>"$work/clone.err"; then
-		cat "$work/clone.err" >&2
-		die "cannot clone $XFSTESTS. Without network, pass a local copy of xfstests-dev:
-    XFSTESTS=/path/to/xfstests-dev (a work tree or a bare git repository; XFSTESTS_REF= picks a commit)"
-	fi
-	if [ -n "$XFSTESTS_REF" ]; then
-		git -C "$src" checkout --quiet "$XFSTESTS_REF" || die "no $XFSTESTS_REF in $XFSTESTS"
-	fi
-	commit=$(git -C "$src" rev-parse HEAD)
+commit=none
+# XFSTESTS=none: the Debian guest alone, for checks that need its
+# userland but not xfstests (ovlvm readers).
+if [ "$XFSTESTS" != none ]; then
+	commit=$(fetch_source "$XFSTESTS" "$XFSTESTS_REF" "$src" \
+		"XFSTESTS=/path/to/xfstests-dev (a work tree or a bare git repository; XFSTESTS_REF= picks a commit)")
 fi
 
 # unionmount-testsuite: Python scripts, nothing to build. xfstests'
@@ -207,23 +216,8 @@ fi
 um_src=$work/unionmount-testsuite
 um_commit=none
 if [ "$commit" != none ] && [ "$UNIONMOUNT" != none ]; then
-	if [ -d "$UNIONMOUNT" ] && ! git -C "$UNIONMOUNT" rev-parse --git-dir >/dev/null 2>&1; then
-		cp -a "$UNIONMOUNT" "$um_src"
-		um_commit=tree-$(cd "$um_src" && find . -type f ! -path './.git/*' -print0 | sort -z |
-			xargs -0 sha256sum | sha256sum | cut -c1-16)
-	else
-		say "cloning $UNIONMOUNT"
-		if ! git clone --quiet "$UNIONMOUNT" "$um_src" 2>"$work/um-clone.err"; then
-			cat "$work/um-clone.err" >&2
-			die "cannot clone $UNIONMOUNT. Without network, pass a local copy of unionmount-testsuite:
-    UNIONMOUNT=/path/to/unionmount-testsuite (UNIONMOUNT_REF= picks a commit), or UNIONMOUNT=none"
-		fi
-		if [ -n "$UNIONMOUNT_REF" ]; then
-			git -C "$um_src" checkout --quiet "$UNIONMOUNT_REF" ||
-				die "no $UNIONMOUNT_REF in $UNIONMOUNT"
-		fi
-		um_commit=$(git -C "$um_src" rev-parse HEAD)
-	fi
+	um_commit=$(fetch_source "$UNIONMOUNT" "$UNIONMOUNT_REF" "$um_src" \
+		"UNIONMOUNT=/path/to/unionmount-testsuite (UNIONMOUNT_REF= picks a commit), or UNIONMOUNT=none")
 fi
 
 # The image is rebuilt when what goes into it changes, not for edits
