@@ -98,7 +98,7 @@ func RunCuts(ctx context.Context, c CutsConfig) (*CutsResult, error) {
 		return nil, err
 	}
 	initrd := filepath.Join(c.WorkDir, "initrd.cpio")
-	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
+	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Files, c.Modules); err != nil {
 		return nil, err
 	}
 	defer os.Remove(initrd)

@@ -28,6 +28,8 @@ type Config struct {
 	Kernel    string // bzImage
 	Initramfs string // core image from Core
 	Packages  []initramfs.Package
+	// Files are extra host files the guest tests use, packed with them.
+	Files []initramfs.File
 	// Modules, for a kernel whose drivers are modules, are packed into
 	// the initramfs and loaded by the guest before anything else.
 	Modules *initramfs.ModuleSet
@@ -67,7 +69,7 @@ func Run(ctx context.Context, c Config) (*verdict.Result, error) {
 		return nil, fmt.Errorf("kernel %s: %w", c.Kernel, err)
 	}
 	initrd := filepath.Join(c.WorkDir, "initrd.cpio")
-	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Modules); err != nil {
+	if err := initramfs.Write(ctx, initrd, c.Initramfs, c.Packages, c.Files, c.Modules); err != nil {
 		return nil, err
 	}
 	defer os.Remove(initrd)

@@ -100,12 +100,41 @@ type options struct {
 	jsonOut  string
 	verbose  bool
 	env      multiFlag
+	files    fileFlag
 }
 
 type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// fileFlag is the repeatable -file HOST=GUEST.
+type fileFlag []initramfs.File
+
+func (f *fileFlag) String() string {
+	var s []string
+	for _, x := range *f {
+		s = append(s, x.Host+"="+x.Guest)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *fileFlag) Set(v string) error {
+	x, err := initramfs.ParseFile(v)
+	if err != nil {
+		return err
+	}
+	for _, y := range *f {
+		if y.Guest == x.Guest {
+			return fmt.Errorf("%q: %s is given twice", v, x.Guest)
+		}
+	}
+	if x.Host, err = filepath.Abs(x.Host); err != nil {
+		return err
+	}
+	*f = append(*f, x)
+	return nil
+}
 
 func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.top, "C", ".", "ovlkit source tree")
@@ -127,6 +156,8 @@ func (o *options) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.jsonOut, "json", "", "write go test -json events here")
 	fs.BoolVar(&o.verbose, "v", false, "show the guest console")
 	fs.Var(&o.env, "env", "KEY=VALUE for the guest tests (repeatable)")
+	fs.Var(&o.files, "file", "HOST=GUEST: put the host file HOST into the guest at the absolute path GUEST, "+
+		"with its permissions (repeatable)")
 }
 
 // defaultKBase is the kernel base when neither -kbase nor $KBASE name one,
@@ -318,6 +349,7 @@ func (h *harness) config(label, kernel string, stock bool, extraEnv map[string]s
 		Kernel:      kernel,
 		Initramfs:   h.initramfs,
 		Packages:    h.pkgs,
+		Files:       h.o.files,
 		Stock:       stock,
 		Filesystems: fss,
 		Env:         env,

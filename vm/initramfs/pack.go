@@ -81,9 +81,32 @@ func BuildTests(ctx context.Context, goBin, moduleDir, outDir string, pkgs []Pac
 	return nil
 }
 
+// A File is a host file put into the guest at an absolute path, with the
+// host file's permission bits: a program the guest tests run, such as a
+// container runtime, that is neither a test binary nor in the core image.
+type File struct {
+	Host  string // host path
+	Guest string // absolute, clean guest path
+}
+
+// ParseFile parses HOST=GUEST, as ovlvm's -file flag takes it.
+func ParseFile(s string) (File, error) {
+	host, guest, ok := strings.Cut(s, "=")
+	if !ok || host == "" || guest == "" {
+		return File{}, fmt.Errorf("%q: want HOST=GUEST", s)
+	}
+	if !path.IsAbs(guest) || path.Clean(guest) != guest || guest == "/" {
+		return File{}, fmt.Errorf("%q: the guest path must be absolute and clean, and not /", s)
+	}
+	if guest == "/ovlkit" || strings.HasPrefix(guest, "/ovlkit/") {
+		return File{}, fmt.Errorf("%q: /ovlkit holds the test binaries and their manifest", s)
+	}
+	return File{Host: host, Guest: guest}, nil
+}
+
 // writeTestsCPIO writes a newc archive with the test binaries, their
-// testdata directories and the manifest ovlinit reads.
-func writeTestsCPIO(w io.Writer, pkgs []Package) error {
+// testdata directories, the extra files and the manifest ovlinit reads.
+func writeTestsCPIO(w io.Writer, pkgs []Package, files []File) error {
 	cw := cpio.Newc.Writer(w)
 	var recs []cpio.Record
 	var manifest []guestproto.Entry
@@ -130,6 +153,22 @@ func writeTestsCPIO(w io.Writer, pkgs []Package) error {
 		}
 		manifest = append(manifest, guestproto.Entry{Pkg: p.ImportPath, Binary: "/" + name, Dir: "/" + wd})
 	}
+	for _, f := range files {
+		fi, err := os.Stat(f.Host)
+		if err != nil {
+			return fmt.Errorf("extra file for %s: %w", f.Guest, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("extra file for %s: %s is not a regular file", f.Guest, f.Host)
+		}
+		b, err := os.ReadFile(f.Host)
+		if err != nil {
+			return fmt.Errorf("extra file for %s: %w", f.Guest, err)
+		}
+		name := strings.TrimPrefix(f.Guest, "/")
+		addDirs(name)
+		recs = append(recs, cpio.StaticRecord(b, cpio.Info{Name: name, Mode: 0o100000 | uint64(fi.Mode().Perm())}))
+	}
 	recs = append(recs, cpio.StaticFile(guestproto.ManifestPath, guestproto.EncodeManifest(manifest), 0o644))
 	dirList := make([]string, 0, len(dirs))
 	for d := range dirs {
@@ -147,11 +186,11 @@ func writeTestsCPIO(w io.Writer, pkgs []Package) error {
 	return cpio.WriteTrailer(cw)
 }
 
-// Write concatenates the cached core image, the tests archive and,
-// for a kernel with modules, the modules archive. The kernel unpacks
+// Write concatenates the cached core image, the tests archive (with the
+// extra files) and, for a kernel with modules, the modules archive. The kernel unpacks
 // concatenated newc archives in order; the padding keeps each following
 // archive 4-byte aligned as the unpacker requires.
-func Write(ctx context.Context, dst, core string, pkgs []Package, mods *ModuleSet) error {
+func Write(ctx context.Context, dst, core string, pkgs []Package, files []File, mods *ModuleSet) error {
 	f, err := os.Create(dst)
 	if err != nil {
 		return err
@@ -169,7 +208,7 @@ func Write(ctx context.Context, dst, core string, pkgs []Package, mods *ModuleSe
 	if err := pad512(f, n); err != nil {
 		return err
 	}
-	if err := writeTestsCPIO(f, pkgs); err != nil {
+	if err := writeTestsCPIO(f, pkgs, files); err != nil {
 		return err
 	}
 	if mods != nil {
