@@ -67,7 +67,7 @@ func TestContainerdDaemon(t *testing.T) {
 		run, err := os.MkdirTemp("", "ctrd-")
 		must(t, err)
 		t.Cleanup(func() { os.RemoveAll(run) })
-		c := startContainerd(t, base, run)
+		c := startContainerd(t, base, run, nil, "")
 		kept := c.exercise(t, base)
 		c.removeAll(t, kept)
 		c.checkNothingLeft(t, base)
@@ -84,7 +84,9 @@ type containerd struct {
 // startContainerd starts ovlsnapd over a store on base and containerd
 // with its root on base too (its content, its metadata, its temporary
 // mounts) and its sockets in run, and waits until ctr reaches it.
-func startContainerd(t *testing.T, base, run string) *containerd {
+// containerd refuses to start without the plugins required lists beyond
+// those of containerdConfig; extra is more of its configuration.
+func startContainerd(t *testing.T, base, run string, required []string, extra string) *containerd {
 	c := &containerd{
 		snapRoot: filepath.Join(base, "ovlsnapd"),
 		snapSock: filepath.Join(run, "ovlsnapd.sock"),
@@ -96,7 +98,7 @@ func startContainerd(t *testing.T, base, run string) *containerd {
 	c.snapd.waitFor(t, "its socket", func() error { _, err := os.Stat(c.snapSock); return err })
 
 	config := filepath.Join(run, "config.toml")
-	must(t, os.WriteFile(config, []byte(containerdConfig(c.root, filepath.Join(run, "state"), c.snapSock)), 0o644))
+	must(t, os.WriteFile(config, []byte(containerdConfig(c.root, filepath.Join(run, "state"), c.snapSock, required)+extra), 0o644))
 	c.ctrd = startDaemon(t, "containerd", filepath.Join(run, "containerd.log"),
 		"--config", config, "--address", c.sock)
 	c.ctrd.waitFor(t, "ctr plugins ls", func() error {
@@ -113,7 +115,11 @@ func startContainerd(t *testing.T, base, run string) *containerd {
 // service would look for overlayfs and fail to start. The required
 // plugins make containerd refuse to start without them, rather than
 // fail later at the first call.
-func containerdConfig(root, state, snapSock string) string {
+func containerdConfig(root, state, snapSock string, required []string) string {
+	var more strings.Builder
+	for _, r := range required {
+		fmt.Fprintf(&more, "  %q,\n", r)
+	}
 	return fmt.Sprintf(`version = 4
 root = %q
 state = %q
@@ -124,7 +130,7 @@ required_plugins = [
   "io.containerd.grpc.v1.transfer",
   "io.containerd.grpc.v1.snapshots",
   "io.containerd.grpc.v1.diff",
-]
+%[5]s]
 
 [proxy_plugins.%[4]s]
   type = "snapshot"
@@ -133,7 +139,7 @@ required_plugins = [
 [[plugins."io.containerd.transfer.v1.local".unpack_config]]
   platform = "linux/amd64"
   snapshotter = "%[4]s"
-`, root, state, snapSock, proxyName)
+`, root, state, snapSock, proxyName, more.String())
 }
 
 // exercise is the life of an image and a container snapshot, through
@@ -572,6 +578,12 @@ func tarOf(t *testing.T, entries []tarEntry) []byte {
 // first layer gzip-compressed, the others not) and returns the path and
 // the chain IDs of its layers, which containerd names the snapshots by.
 func writeImage(t *testing.T, path string) (string, []digest.Digest) {
+	return writeImageOf(t, path, imageLayers)
+}
+
+// writeImageOf is writeImage for an image of the layers given, bottom
+// first, tagged "1" too.
+func writeImageOf(t *testing.T, path string, imageLayers [][]tarEntry) (string, []digest.Digest) {
 	blobs := map[digest.Digest][]byte{}
 	add := func(b []byte) digest.Digest {
 		d := digest.FromBytes(b)
