@@ -147,6 +147,32 @@ snapshotter-short: deps kernel ## containerd's snapshotter suite on tmpfs and ex
 		-run 'TestContainerdSuite$$|TestStrictUpperOption|TestFsyncStrictOption|TestContainerdDaemon' \
 		-junit $(OUT)/junit-snapshotter.xml -json $(OUT)/guest-snapshotter.json
 
+# ctr run in the guest: kernels built with kconfig/containers.config
+# (namespaces, cgroup v2, devpts, ...; build directories of their own), a
+# static runc (scripts/runc.sh, the version tools/runc/go.mod pins) and the
+# static program the test's image carries put into the guest with -file,
+# then TestContainerdRun on both kernels, where it must run, not skip. Not
+# part of make test: two more kernel builds. See Documentation/snapshotter.rst.
+.PHONY: containerd-run
+containerd-run: deps ## ctr run of a static program from an image ovlsnapd unpacked, on kernels with namespaces and cgroups (not part of make test)
+	@mkdir -p $(OUT) $(CACHE)/bin
+	@set -e; for tree in stock patched; do \
+		start=$$(date +%s); \
+		KCONFIG_EXTRA=containers scripts/kernel.sh build $$tree; \
+		echo "containerd-run: $$tree containers kernel built in $$(( $$(date +%s) - start ))s"; \
+	done
+	cd tests/guest/snapshotter && CGO_ENABLED=0 GOWORK=$$PWD/go.work \
+		go build -trimpath -ldflags '-s -w' -o $(CACHE)/bin/ovlkit-inimage ./inimage
+	@set -e; runc=$$(scripts/runc.sh); \
+	start=$$(date +%s); \
+	$(OVLVM) test -stock "$$(KCONFIG_EXTRA=containers scripts/kernel.sh path stock)" \
+		-patched "$$(KCONFIG_EXTRA=containers scripts/kernel.sh path patched)" \
+		-pkg ./tests/guest/snapshotter -run 'TestContainerdRun$$' -fs ext4 -mem 1024 \
+		-env OVLKIT_CONTAINERS=required \
+		-file "$$runc=/usr/local/bin/runc" -file $(CACHE)/bin/ovlkit-inimage=/usr/local/bin/ovlkit-inimage \
+		-junit $(OUT)/junit-containerd-run.xml -json $(OUT)/guest-containerd-run.json; \
+	echo "containerd-run: guest runs took $$(( $$(date +%s) - start ))s"
+
 # The debug run: stock and patched built with kconfig/debug.config (KASAN,
 # UBSAN, lockdep, KFENCE, DEBUG_OBJECTS, failslab; build directories of
 # their own), kconfigcheck listing every debug symbol that survived, then
