@@ -149,8 +149,10 @@ snapshotter-short: deps kernel ## containerd's snapshotter suite on tmpfs and ex
 
 # ctr run in the guest: kernels built with kconfig/containers.config
 # (namespaces, cgroup v2, devpts, ...; build directories of their own), a
-# static runc (scripts/runc.sh, the version tools/runc/go.mod pins) and the
-# static program the test's image carries put into the guest with -file,
+# static runc (scripts/runc.sh, the version tools/runc/go.mod pins),
+# containerd's runc shim (the tool of the test's module: the containerd the
+# test runs) and the static program the test's image carries put into the
+# guest with -file,
 # then TestContainerdRun on both kernels, where it must run, not skip. Not
 # part of make test: two more kernel builds. See Documentation/snapshotter.rst.
 .PHONY: containerd-run
@@ -163,13 +165,18 @@ containerd-run: deps ## ctr run of a static program from an image ovlsnapd unpac
 	done
 	cd tests/guest/snapshotter && CGO_ENABLED=0 GOWORK=$$PWD/go.work \
 		go build -trimpath -ldflags '-s -w' -o $(CACHE)/bin/ovlkit-inimage ./inimage
+	cd tests/guest/snapshotter && CGO_ENABLED=0 GOWORK=$$PWD/go.work \
+		go build -trimpath -ldflags '-s -w' -o $(CACHE)/bin/containerd-shim-runc-v2 \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2
 	@set -e; runc=$$(scripts/runc.sh); \
 	start=$$(date +%s); \
 	$(OVLVM) test -stock "$$(KCONFIG_EXTRA=containers scripts/kernel.sh path stock)" \
 		-patched "$$(KCONFIG_EXTRA=containers scripts/kernel.sh path patched)" \
 		-pkg ./tests/guest/snapshotter -run 'TestContainerdRun$$' -fs ext4 -mem 1024 \
 		-env OVLKIT_CONTAINERS=required \
-		-file "$$runc=/usr/local/bin/runc" -file $(CACHE)/bin/ovlkit-inimage=/usr/local/bin/ovlkit-inimage \
+		-file "$$runc=/usr/local/bin/runc" \
+		-file $(CACHE)/bin/containerd-shim-runc-v2=/usr/local/bin/containerd-shim-runc-v2 \
+		-file $(CACHE)/bin/ovlkit-inimage=/usr/local/bin/ovlkit-inimage \
 		-junit $(OUT)/junit-containerd-run.xml -json $(OUT)/guest-containerd-run.json; \
 	echo "containerd-run: guest runs took $$(( $$(date +%s) - start ))s"
 

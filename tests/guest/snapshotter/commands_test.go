@@ -7,18 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"reflect"
-	"runtime"
-	"strings"
 	"testing"
 
-	"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/manager"
 	"github.com/containerd/containerd/v2/cmd/containerd/command"
 	ctrapp "github.com/containerd/containerd/v2/cmd/ctr/app"
-	"github.com/containerd/containerd/v2/pkg/shim"
-	"github.com/containerd/plugin"
-	"github.com/containerd/plugin/registry"
 
 	"github.com/ovlkit/ovlkit/snapshotter/daemon"
 
@@ -60,9 +52,6 @@ import (
 	_ "github.com/containerd/containerd/v2/plugins/services/warning"
 	_ "github.com/containerd/containerd/v2/plugins/streaming"
 	_ "github.com/containerd/containerd/v2/plugins/transfer"
-
-	// The runc shim's task service, for the shim this binary also is.
-	_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2/task/plugin"
 )
 
 // The guest gets one binary per test package, so this one is also
@@ -73,44 +62,11 @@ import (
 // binary does.
 const commandEnv = "OVLKIT_SNAPSHOTTER_COMMAND"
 
-// It is also containerd's runc shim when its name is shimName:
-// containerd finds the shim by that name on its PATH and starts it with
-// its own environment, commandEnv included, and the shim starts itself
-// again by os.Executable, so the name, not the environment, says that
-// this is the shim.
-const shimName = "containerd-shim-runc-v2"
-
 func TestMain(m *testing.M) {
-	if filepath.Base(os.Args[0]) == shimName {
-		shimPluginsOnly()
-		// RunShim exits with 1 when it fails.
-		shim.RunShim(context.Background(), manager.NewShimManager("io.containerd.runc.v2"))
-		os.Exit(0)
-	}
 	if name := os.Getenv(commandEnv); name != "" {
 		os.Exit(runCommand(name, os.Args))
 	}
 	os.Exit(m.Run())
-}
-
-// shimPluginsOnly leaves in the plugin registry only the shim's own
-// plugins (those of pkg/shim and of the runc shim's command): the shim
-// initialises every registered plugin, and containerd's, registered in
-// this binary too, fail there.
-func shimPluginsOnly() {
-	keep := registry.Graph(func(r *plugin.Registration) bool {
-		fn := runtime.FuncForPC(reflect.ValueOf(r.InitFn).Pointer())
-		if fn == nil {
-			return true
-		}
-		name := fn.Name()
-		return !strings.HasPrefix(name, "github.com/containerd/containerd/v2/pkg/shim") &&
-			!strings.HasPrefix(name, "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2")
-	})
-	registry.Reset()
-	for i := range keep {
-		registry.Register(&keep[i])
-	}
 }
 
 // runCommand runs the command name with args (args[0] is the program

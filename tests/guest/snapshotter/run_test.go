@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -25,10 +24,14 @@ import (
 )
 
 // What TestContainerdRun needs besides the test binary, put into the
-// guest by "ovlvm -file" (make containerd-run): a static runc and the
-// static program the image carries (./inimage).
+// guest by "ovlvm -file" (make containerd-run): a static runc,
+// containerd's runc shim built from the same containerd module as the
+// daemon, and the static program the image carries (./inimage).
 const (
-	runcPath    = "/usr/local/bin/runc"
+	runcPath = "/usr/local/bin/runc"
+	// shimPath's directory goes on containerd's PATH: containerd finds
+	// the shim by its name there.
+	shimPath    = "/usr/local/bin/containerd-shim-runc-v2"
 	inImagePath = "/usr/local/bin/ovlkit-inimage"
 	// containersEnv set to "required" makes a kernel without what
 	// containers need a failure instead of a skip.
@@ -50,8 +53,7 @@ var runPlugins = []string{
 	"io.containerd.server.v1.ttrpc",
 }
 
-// A container run by the real containerd, its runc shim (this binary,
-// see shimName) and runc, from an image ovlsnapd unpacked: ctr run
+// A container run by the real containerd, its runc shim and runc, from an image ovlsnapd unpacked: ctr run
 // --rm runs the static program of the image's top layer, which reports
 // that it is PID 1 of its own PID namespace, that its root is an overlay
 // mount, that it reads the files of the image's lower layers (one that
@@ -72,11 +74,7 @@ func TestContainerdRun(t *testing.T) {
 		}
 		t.Skipf("%v (make containerd-run boots kernels and an initramfs that have them)", err)
 	}
-	// containerd finds the shim on its PATH; the shim is this binary
-	// under the shim's name (a hard link: the shim starts itself again
-	// by os.Executable, which resolves a symbolic link to the test
-	// binary's name).
-	t.Setenv("PATH", shimDir(t)+":"+os.Getenv("PATH"))
+	t.Setenv("PATH", filepath.Dir(shimPath)+":"+os.Getenv("PATH"))
 	prog, err := os.ReadFile(inImagePath)
 	must(t, err)
 	guesttest.ForEachFS(t, func(t *testing.T, fs guesttest.FS) {
@@ -181,7 +179,7 @@ func runImageLayers(prog []byte, marker string) [][]tarEntry {
 // containersReady returns why containers cannot run here, or nil: the
 // kernel has the namespaces of containerd's default spec and cgroup v2
 // (mounted at cgroupRoot for the rest of the test when it is not), and
-// the guest has runc and the image's program.
+// the guest has runc, the shim and the image's program.
 func containersReady(t *testing.T) error {
 	for _, ns := range []string{"pid", "ipc", "uts", "net", "mnt"} {
 		if _, err := os.Stat("/proc/self/ns/" + ns); err != nil {
@@ -191,7 +189,7 @@ func containersReady(t *testing.T) error {
 	if err := mountCgroup2(t); err != nil {
 		return err
 	}
-	for _, p := range []string{runcPath, inImagePath} {
+	for _, p := range []string{runcPath, shimPath, inImagePath} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("no %s in the guest (ovlvm -file puts it there): %w", filepath.Base(p), err)
 		}
@@ -223,39 +221,6 @@ func mountCgroup2(t *testing.T) error {
 		}
 	})
 	return nil
-}
-
-// shimDir makes a directory with this binary in it under the name of the
-// runc shim, a hard link beside it (on the same filesystem), or a copy.
-func shimDir(t *testing.T) string {
-	self, err := os.Executable()
-	must(t, err)
-	dir, err := os.MkdirTemp(filepath.Dir(self), "shim-")
-	must(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	shim := filepath.Join(dir, shimName)
-	if err := os.Link(self, shim); err != nil {
-		t.Logf("hard link %s: %v; copying it", self, err)
-		must(t, copyFile(self, shim))
-	}
-	return dir
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
-	}
-	return out.Close()
 }
 
 // ctrWithin is ctr, killed and failing after d.
@@ -309,7 +274,7 @@ func shimPIDs(t *testing.T) []int {
 			continue // gone meanwhile
 		}
 		argv0, _, _ := bytes.Cut(cmdline, []byte{0})
-		if filepath.Base(string(argv0)) == shimName {
+		if filepath.Base(string(argv0)) == filepath.Base(shimPath) {
 			pids = append(pids, pid)
 		}
 	}
