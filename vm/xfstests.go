@@ -52,6 +52,11 @@ var ReadersGuestScript []byte
 // tests want 8 GiB free on the scratch device (overlay/001) or fill it.
 const xfstestsDiskSize = 16 << 30
 
+// controlDiskSize is the size of the sparse control disk, which also
+// carries the results back: overlay/019's .full alone passes 220 MiB on
+// an xfs base.
+const controlDiskSize = "2G"
+
 // XfstestsConfig describes one xfstests guest run.
 type XfstestsConfig struct {
 	Label  string // kernel name in reports
@@ -408,7 +413,7 @@ func controlDisk(ctx context.Context, dir, fs string, check []string, script []b
 	}
 	img := filepath.Join(dir, "control.img")
 	_ = os.Remove(img)
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-d", src, img, "256M").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-d", src, img, controlDiskSize).CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("mkfs.ext4 -d %s: %v: %s", src, err, out)
 	}
