@@ -166,6 +166,30 @@ func RunXfstests(ctx context.Context, c XfstestsConfig) (*XfstestsResult, error)
 	return res, nil
 }
 
+// LoadXfstests reads back one kernel's run from the work directory an
+// earlier RunXfstests left (its serial.log and the results copied off the
+// control disk), so that a run whose report was lost can be judged again
+// without hours of booting. The guest's wall time is not kept on disk, so
+// Seconds is zero.
+func LoadXfstests(label, fs, workDir string) (*XfstestsResult, error) {
+	serialPath := filepath.Join(workDir, "serial.log")
+	serial, err := os.ReadFile(serialPath)
+	if err != nil {
+		return nil, fmt.Errorf("read the run of %s on %s: %w", label, fs, err)
+	}
+	console := strings.Split(strings.TrimRight(string(serial), "\n"), "\n")
+	res := &XfstestsResult{Label: label, FS: fs, Serial: serialPath,
+		Results: filepath.Join(workDir, "results")}
+	res.readConsole(console)
+	if _, err := os.Stat(res.Results); err != nil {
+		res.Problems = append(res.Problems, fmt.Sprintf("no results copied back: %v", err))
+	}
+	if err := res.readResults(console); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
 func (c *XfstestsConfig) validate() error {
 	if c.FS != "ext4" && c.FS != "xfs" {
 		return fmt.Errorf("xfstests base filesystem %q: want ext4 or xfs", c.FS)

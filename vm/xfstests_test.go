@@ -78,6 +78,50 @@ func TestParseXfstestsXunit(t *testing.T) {
 	}
 }
 
+func TestLoadXfstests(t *testing.T) {
+	dir := t.TempDir()
+	serial := "ovlkit-xfstests: kernel 6.12.118, xfstests 63a29724, base xfs\noverlay/001 3s\n"
+	if err := os.WriteFile(filepath.Join(dir, "serial.log"), []byte(serial), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "results"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results", "result.xml"), []byte(sampleXunit), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := LoadXfstests("patched", "xfs", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Uname != "6.12.118" || res.Commit != "63a29724" || res.Label != "patched" || res.FS != "xfs" {
+		t.Errorf("run read as %q %q %q %q", res.Label, res.FS, res.Uname, res.Commit)
+	}
+	if p, f, n := res.Counts(); p != 1 || f != 1 || n != 1 {
+		t.Errorf("counts %d passed, %d failed, %d not run; want 1, 1, 1", p, f, n)
+	}
+	if len(res.Problems) != 0 {
+		t.Errorf("problems in a complete run: %q", res.Problems)
+	}
+
+	// A run whose results never came back is judged from its console,
+	// and says so.
+	if err := os.RemoveAll(filepath.Join(dir, "results")); err != nil {
+		t.Fatal(err)
+	}
+	res, err = LoadXfstests("patched", "xfs", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tests) != 1 || res.Tests[0].Name != "overlay/001" || len(res.Problems) != 2 {
+		t.Errorf("console-only run read as %+v, problems %q", res.Tests, res.Problems)
+	}
+
+	if _, err := LoadXfstests("stock", "xfs", filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing run directory was read without an error")
+	}
+}
+
 func TestParseCheckConsole(t *testing.T) {
 	console := strings.Split(`FSTYP         -- overlay
 overlay/001 3s ...  2s

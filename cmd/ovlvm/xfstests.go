@@ -37,7 +37,12 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	junit := fs.String("junit", "", "write a JUnit XML report here")
 	table := fs.String("table", "", "write the per-test table (reStructuredText) here")
 	verbose := fs.Bool("v", false, "show the guest consoles")
+	from := fs.String("from", "", "judge an earlier run's results in this directory (a run-xfstests-* directory of the cache) instead of booting")
 	fs.Parse(args)
+
+	if *from != "" {
+		return judgeXfstestsRun(*from, *kernels, *fsList, *table, *junit)
+	}
 
 	check := []string{}
 	switch {
@@ -78,17 +83,47 @@ func cmdXfstests(ctx context.Context, args []string) error {
 		all = append(all, res...)
 		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
 	}
-	if *table != "" {
-		if err := writeXfsTables(*table, all); err != nil {
-			return err
+	return writeXfsReports(all, failures, *table, *junit)
+}
+
+// judgeXfstestsRun reads back the runs an earlier "ovlvm xfstests" left in
+// dir, one work directory per kernel and filesystem, and reports on them
+// as that run would have: a run of hours whose report was lost (the
+// caller was stopped, its terminal closed) need not boot again.
+func judgeXfstestsRun(dir, kernels, fsList, table, junit string) error {
+	var all []*vm.XfstestsResult
+	var failures []string
+	for _, f := range strings.Split(fsList, ",") {
+		f = strings.TrimSpace(f)
+		var res []*vm.XfstestsResult
+		for _, k := range strings.Split(kernels, ",") {
+			k = strings.TrimSpace(k)
+			r, err := vm.LoadXfstests(k, f, filepath.Join(dir, k+"-"+f))
+			if err != nil {
+				return err
+			}
+			res = append(res, r)
 		}
-		progress("table: %s", *table)
+		all = append(all, res...)
+		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
 	}
-	if *junit != "" {
-		if err := vm.WriteXfstestsJUnit(*junit, all...); err != nil {
+	return writeXfsReports(all, failures, table, junit)
+}
+
+// writeXfsReports writes the table and the JUnit report asked for and
+// turns what fails the run into its error.
+func writeXfsReports(all []*vm.XfstestsResult, failures []string, table, junit string) error {
+	if table != "" {
+		if err := writeXfsTables(table, all); err != nil {
 			return err
 		}
-		progress("JUnit report: %s", *junit)
+		progress("table: %s", table)
+	}
+	if junit != "" {
+		if err := vm.WriteXfstestsJUnit(junit, all...); err != nil {
+			return err
+		}
+		progress("JUnit report: %s", junit)
 	}
 	if len(failures) > 0 {
 		return fmt.Errorf("xfstests: %s", strings.Join(failures, "; "))
@@ -108,8 +143,12 @@ func reportXfstests(w io.Writer, fs string, res []*vm.XfstestsResult) []string {
 		if commit == "" {
 			commit = "unknown"
 		}
-		fmt.Fprintf(w, "  %-8s %s: %d passed, %d failed, %d not run in %.0fs (xfstests %s; serial log %s)\n",
-			r.Label, r.Uname, p, f, n, r.Seconds, commit, r.Serial)
+		took := fmt.Sprintf("in %.0fs", r.Seconds)
+		if r.Seconds == 0 {
+			took = "(guest time not recorded)"
+		}
+		fmt.Fprintf(w, "  %-8s %s: %d passed, %d failed, %d not run %s (xfstests %s; serial log %s)\n",
+			r.Label, r.Uname, p, f, n, took, commit, r.Serial)
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "  PROBLEM [%s] %s\n", r.Label, strings.ReplaceAll(p, "\n", "\n    "))
 			failures = append(failures, fmt.Sprintf("%s on %s: %s", r.Label, fs, firstLines(p, 1)))
