@@ -276,6 +276,8 @@ series-check: deps ## checkpatch, bisect build, W=1 and sparse over the series
 REGRESS_GROUP ?= auto
 ## REGRESS_FS=ext4,xfs: base filesystems for make regress
 REGRESS_FS ?= ext4,xfs
+## REGRESS_BASELINE=all: what the stock kernel runs in make regress: all, or failures (only what patched did not pass)
+REGRESS_BASELINE ?= all
 ## XFSTESTS=upstream: xfstests-dev for make regress, a path or git URL
 ## XFSTESTS_REF=: the xfstests commit for make regress (default its head)
 ## UNIONMOUNT=upstream: unionmount-testsuite for make regress (overlay/100-117), a path, git URL or none
@@ -285,7 +287,7 @@ export XFSTESTS XFSTESTS_REF UNIONMOUNT UNIONMOUNT_REF
 regress: deps kernel ## xfstests' overlay tests on both kernels in a Debian guest (hours under TCG)
 	@mkdir -p $(OUT)
 	@start=$$(date +%s); \
-	$(OVLVM) xfstests -kernel stock,patched -g $(REGRESS_GROUP) -fs $(REGRESS_FS) \
+	$(OVLVM) xfstests -kernel stock,patched -g $(REGRESS_GROUP) -fs $(REGRESS_FS) -baseline $(REGRESS_BASELINE) \
 		-junit $(OUT)/junit-xfstests.xml -table $(OUT)/xfstests.rst; \
 	rc=$$?; echo "regress: xfstests -g $(REGRESS_GROUP) on $(REGRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
 

@@ -111,11 +111,40 @@ type XfstestsResult struct {
 	Seconds  float64
 	Serial   string
 	Results  string // xfstests' results directory, copied from the guest
+	// Subset marks a baseline run that was given only the tests some
+	// other kernel did not pass (ovlvm xfstests -baseline failures): a
+	// test missing from it passed on every other kernel and cannot be a
+	// regression, so comparisons leave it out.
+	Subset bool
+}
+
+// NotPassed lists, in order, every test that did not pass in some run:
+// it failed, did not run, or ran on one kernel and is missing from
+// another's report.
+func NotPassed(runs ...*XfstestsResult) []string {
+	passes := map[string]int{}
+	for _, r := range runs {
+		for _, t := range r.Tests {
+			if t.Status == XfsPass {
+				passes[t.Name]++
+			} else if _, ok := passes[t.Name]; !ok {
+				passes[t.Name] = 0
+			}
+		}
+	}
+	var out []string
+	for n, p := range passes {
+		if p < len(runs) {
+			out = append(out, n)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (c *XfstestsConfig) progress(format string, args ...any) {
 	if c.Progress != nil {
-		fmt.Fprintf(c.Progress, "[%s] "+format+"\n", append([]any{c.Label}, args...)...)
+		fmt.Fprintf(c.Progress, "[%s %s] "+format+"\n", append([]any{c.Label, c.FS}, args...)...)
 	}
 }
 
@@ -584,7 +613,8 @@ type XfsDiff struct {
 }
 
 // CompareXfstests lists every test whose outcome differs between base
-// (the stock kernel) and other (the patched one).
+// (the stock kernel) and other (the patched one). When base is a Subset,
+// the tests it was not given are left out.
 func CompareXfstests(base, other *XfstestsResult) []XfsDiff {
 	idx := func(r *XfstestsResult) map[string]*XfsTest {
 		m := map[string]*XfsTest{}
@@ -609,6 +639,9 @@ func CompareXfstests(base, other *XfstestsResult) []XfsDiff {
 	var diffs []XfsDiff
 	for _, n := range sorted {
 		bt, ot := b[n], o[n]
+		if bt == nil && base.Subset {
+			continue
+		}
 		st := func(t *XfsTest) XfsStatus {
 			if t == nil {
 				return "missing"

@@ -122,6 +122,47 @@ func TestLoadXfstests(t *testing.T) {
 	}
 }
 
+// A baseline given only what the other kernel did not pass: the tests it
+// was not given are not differences, and a test it passes that fails on
+// the other kernel is still a regression.
+func TestCompareXfstestsSubset(t *testing.T) {
+	patched := &XfstestsResult{Label: "patched", Tests: []XfsTest{
+		{Name: "generic/001", Status: XfsPass},
+		{Name: "generic/002", Status: XfsFail},
+		{Name: "generic/003", Status: XfsNotRun},
+		{Name: "generic/004", Status: XfsFail},
+	}}
+	rerun := NotPassed(patched)
+	if strings.Join(rerun, ",") != "generic/002,generic/003,generic/004" {
+		t.Fatalf("NotPassed = %v", rerun)
+	}
+	stock := &XfstestsResult{Label: "stock", Subset: true, Tests: []XfsTest{
+		{Name: "generic/002", Status: XfsPass},
+		{Name: "generic/003", Status: XfsNotRun},
+		{Name: "generic/004", Status: XfsFail},
+	}}
+	diffs := CompareXfstests(stock, patched)
+	if len(diffs) != 1 || diffs[0].Name != "generic/002" || !diffs[0].Regression {
+		t.Fatalf("diffs %+v, want only generic/002 as a regression", diffs)
+	}
+	stock.Subset = false
+	if n := len(CompareXfstests(stock, patched)); n != 2 {
+		t.Errorf("a full baseline missing generic/001 gave %d differences, want 2", n)
+	}
+}
+
+func TestNotPassedAcrossRuns(t *testing.T) {
+	a := &XfstestsResult{Tests: []XfsTest{{Name: "overlay/001", Status: XfsPass}, {Name: "overlay/002", Status: XfsPass}}}
+	b := &XfstestsResult{Tests: []XfsTest{{Name: "overlay/001", Status: XfsPass}}}
+	// overlay/002 is missing from b (its guest died): it is retried.
+	if got := NotPassed(a, b); len(got) != 1 || got[0] != "overlay/002" {
+		t.Errorf("NotPassed = %v, want [overlay/002]", got)
+	}
+	if got := NotPassed(a); len(got) != 0 {
+		t.Errorf("NotPassed of a clean run = %v", got)
+	}
+}
+
 func TestParseCheckConsole(t *testing.T) {
 	console := strings.Split(`FSTYP         -- overlay
 overlay/001 3s ...  2s

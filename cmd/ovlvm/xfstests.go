@@ -38,10 +38,16 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	table := fs.String("table", "", "write the per-test table (reStructuredText) here")
 	verbose := fs.Bool("v", false, "show the guest consoles")
 	from := fs.String("from", "", "judge an earlier run's results in this directory (a run-xfstests-* directory of the cache) instead of booting")
+	baseline := fs.String("baseline", "all", "what the baseline (first) kernel runs: all the tests, or failures: "+
+		"only those that did not pass on every other kernel, which run first, on every filesystem at once")
 	fs.Parse(args)
+	if *baseline != "all" && *baseline != "failures" {
+		return fmt.Errorf("-baseline %q: all or failures", *baseline)
+	}
+	subset := *baseline == "failures"
 
 	if *from != "" {
-		return judgeXfstestsRun(*from, *kernels, *fsList, *table, *junit)
+		return judgeXfstestsRun(*from, *kernels, *fsList, subset, *table, *junit)
 	}
 
 	check := []string{}
@@ -67,15 +73,20 @@ func cmdXfstests(ctx context.Context, args []string) error {
 		return err
 	}
 
+	config := func(f string, check []string) vm.XfstestsConfig {
+		return vm.XfstestsConfig{Image: *image, FS: f, Check: check, MemoryMB: *mem, Timeout: *timeout}
+	}
+	filesystems := splitList(*fsList)
+	if subset && len(g.kernels) > 1 {
+		return runXfstestsBaselineOnFailures(ctx, g, *verbose, runRoot, filesystems, check, config, *table, *junit)
+	}
 	var all []*vm.XfstestsResult
 	var failures []string
-	for _, f := range strings.Split(*fsList, ",") {
-		f = strings.TrimSpace(f)
+	for _, f := range filesystems {
 		res, err := g.run(ctx, *verbose, func(k guestKernel) vm.XfstestsConfig {
-			return vm.XfstestsConfig{
-				Image: *image, FS: f, Check: check, MemoryMB: *mem, Timeout: *timeout,
-				WorkDir: filepath.Join(runRoot, k.name+"-"+f),
-			}
+			c := config(f, check)
+			c.WorkDir = filepath.Join(runRoot, k.name+"-"+f)
+			return c
 		})
 		if err != nil {
 			return err
@@ -86,22 +97,85 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	return writeXfsReports(all, failures, *table, *junit)
 }
 
+// runXfstestsBaselineOnFailures runs the kernels after the first on every
+// filesystem at once, then the first (the baseline) on each filesystem
+// with only the tests that did not pass on all of them. A regression is
+// a test that passes on the baseline and fails on another kernel, so the
+// tests every other kernel passes need no baseline run: where most tests
+// pass, this takes about half the guest time of running both in full.
+func runXfstestsBaselineOnFailures(ctx context.Context, g *debianGuest, verbose bool, runRoot string,
+	filesystems, check []string, config func(f string, check []string) vm.XfstestsConfig, table, junit string) error {
+	base, others := g.kernels[0], g.kernels[1:]
+	var jobs []vm.XfstestsConfig
+	for _, f := range filesystems {
+		for _, k := range others {
+			c := config(f, check)
+			c.WorkDir = filepath.Join(runRoot, k.name+"-"+f)
+			jobs = append(jobs, g.job(k, verbose, c))
+		}
+	}
+	first, err := runGuests(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	byFS := map[string][]*vm.XfstestsResult{}
+	for _, r := range first {
+		byFS[r.FS] = append(byFS[r.FS], r)
+	}
+	baselines := map[string]*vm.XfstestsResult{}
+	jobs = nil
+	for _, f := range filesystems {
+		retry := vm.NotPassed(byFS[f]...)
+		progress("%s on %s: %d tests did not pass on %s; the baseline runs them", base.name, f, len(retry), kernelNames(others))
+		if len(retry) == 0 {
+			baselines[f] = &vm.XfstestsResult{Label: base.name, FS: f, Commit: byFS[f][0].Commit, Subset: true}
+			continue
+		}
+		c := config(f, retry)
+		c.WorkDir = filepath.Join(runRoot, base.name+"-"+f)
+		jobs = append(jobs, g.job(base, verbose, c))
+	}
+	second, err := runGuests(ctx, jobs)
+	if err != nil {
+		return err
+	}
+	for _, r := range second {
+		r.Subset = true
+		baselines[r.FS] = r
+	}
+	var all []*vm.XfstestsResult
+	var failures []string
+	for _, f := range filesystems {
+		res := append([]*vm.XfstestsResult{baselines[f]}, byFS[f]...)
+		all = append(all, res...)
+		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
+	}
+	return writeXfsReports(all, failures, table, junit)
+}
+
+func kernelNames(ks []guestKernel) string {
+	var names []string
+	for _, k := range ks {
+		names = append(names, k.name)
+	}
+	return strings.Join(names, ", ")
+}
+
 // judgeXfstestsRun reads back the runs an earlier "ovlvm xfstests" left in
 // dir, one work directory per kernel and filesystem, and reports on them
 // as that run would have: a run of hours whose report was lost (the
 // caller was stopped, its terminal closed) need not boot again.
-func judgeXfstestsRun(dir, kernels, fsList, table, junit string) error {
+func judgeXfstestsRun(dir, kernels, fsList string, subset bool, table, junit string) error {
 	var all []*vm.XfstestsResult
 	var failures []string
-	for _, f := range strings.Split(fsList, ",") {
-		f = strings.TrimSpace(f)
+	for _, f := range splitList(fsList) {
 		var res []*vm.XfstestsResult
-		for _, k := range strings.Split(kernels, ",") {
-			k = strings.TrimSpace(k)
+		for i, k := range splitList(kernels) {
 			r, err := vm.LoadXfstests(k, f, filepath.Join(dir, k+"-"+f))
 			if err != nil {
 				return err
 			}
+			r.Subset = subset && i == 0
 			res = append(res, r)
 		}
 		all = append(all, res...)
@@ -138,6 +212,10 @@ func reportXfstests(w io.Writer, fs string, res []*vm.XfstestsResult) []string {
 	var failures []string
 	fmt.Fprintf(w, "\nxfstests ./check -overlay on %s\n", fs)
 	for _, r := range res {
+		if r.Subset && r.Serial == "" {
+			fmt.Fprintf(w, "  %-8s not booted: every test passed on every other kernel\n", r.Label)
+			continue
+		}
 		p, f, n := r.Counts()
 		commit := r.Commit
 		if commit == "" {
@@ -149,6 +227,9 @@ func reportXfstests(w io.Writer, fs string, res []*vm.XfstestsResult) []string {
 		}
 		fmt.Fprintf(w, "  %-8s %s: %d passed, %d failed, %d not run %s (xfstests %s; serial log %s)\n",
 			r.Label, r.Uname, p, f, n, took, commit, r.Serial)
+		if r.Subset {
+			fmt.Fprintf(w, "  %-8s ran only the tests that did not pass on every other kernel\n", r.Label)
+		}
 		for _, p := range r.Problems {
 			fmt.Fprintf(w, "  PROBLEM [%s] %s\n", r.Label, strings.ReplaceAll(p, "\n", "\n    "))
 			failures = append(failures, fmt.Sprintf("%s on %s: %s", r.Label, fs, firstLines(p, 1)))
@@ -170,7 +251,11 @@ func reportXfstests(w io.Writer, fs string, res []*vm.XfstestsResult) []string {
 			}
 		}
 		if len(diffs) == 0 {
-			fmt.Fprintf(w, "  every test has the same outcome on %s and %s\n", res[0].Label, r.Label)
+			which := "every test"
+			if res[0].Subset {
+				which = "every test " + res[0].Label + " ran"
+			}
+			fmt.Fprintf(w, "  %s has the same outcome on %s and %s\n", which, res[0].Label, r.Label)
 		}
 		for _, d := range regress {
 			fmt.Fprintf(w, "\nREGRESSION [%s, %s] %s passes on %s and fails on %s\n", r.Label, fs, d.Name, res[0].Label, r.Label)
@@ -205,6 +290,9 @@ func writeXfsTables(path string, all []*vm.XfstestsResult) error {
 	}
 	for _, fs := range order {
 		fmt.Fprintf(f, "Base filesystem %s, xfstests %s:\n\n", fs, byFS[fs][0].Commit)
+		if r := byFS[fs][0]; r.Subset {
+			fmt.Fprintf(f, "%s ran only the tests that did not pass on every other kernel (\"-\": passed on all of them).\n\n", r.Label)
+		}
 		vm.WriteXfstestsTable(f, byFS[fs]...)
 		fmt.Fprintln(f)
 	}
@@ -270,15 +358,28 @@ func setupDebianGuest(ctx context.Context, top, cache, kbase, kernels, image, ac
 // configuration config makes for it, and returns the results in the
 // kernels' order.
 func (g *debianGuest) run(ctx context.Context, verbose bool, config func(k guestKernel) vm.XfstestsConfig) ([]*vm.XfstestsResult, error) {
-	res := make([]*vm.XfstestsResult, len(g.kernels))
-	errs := make([]error, len(g.kernels))
-	var wg sync.WaitGroup
+	jobs := make([]vm.XfstestsConfig, len(g.kernels))
 	for i, k := range g.kernels {
-		c := config(k)
-		c.Label, c.Kernel, c.QEMU, c.Accel, c.Progress = k.name, k.path, g.qemu, g.accel, os.Stderr
-		if verbose {
-			c.Console = prefixWriter(os.Stderr, k.name)
-		}
+		jobs[i] = g.job(k, verbose, config(k))
+	}
+	return runGuests(ctx, jobs)
+}
+
+// job completes c for a boot of kernel k.
+func (g *debianGuest) job(k guestKernel, verbose bool, c vm.XfstestsConfig) vm.XfstestsConfig {
+	c.Label, c.Kernel, c.QEMU, c.Accel, c.Progress = k.name, k.path, g.qemu, g.accel, os.Stderr
+	if verbose {
+		c.Console = prefixWriter(os.Stderr, k.name+"-"+c.FS)
+	}
+	return c
+}
+
+// runGuests boots every job at once and returns the results in order.
+func runGuests(ctx context.Context, jobs []vm.XfstestsConfig) ([]*vm.XfstestsResult, error) {
+	res := make([]*vm.XfstestsResult, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, c := range jobs {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
