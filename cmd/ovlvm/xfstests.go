@@ -73,20 +73,19 @@ func cmdXfstests(ctx context.Context, args []string) error {
 		return err
 	}
 
-	config := func(f string, check []string) vm.XfstestsConfig {
-		return vm.XfstestsConfig{Image: *image, FS: f, Check: check, MemoryMB: *mem, Timeout: *timeout}
+	config := func(k guestKernel, f string, check []string) vm.XfstestsConfig {
+		return vm.XfstestsConfig{Image: *image, FS: f, Check: check, MemoryMB: *mem, Timeout: *timeout,
+			WorkDir: xfsRunDir(runRoot, k.name, f)}
 	}
 	filesystems := splitList(*fsList)
 	if subset && len(g.kernels) > 1 {
-		return runXfstestsBaselineOnFailures(ctx, g, *verbose, runRoot, filesystems, check, config, *table, *junit)
+		return runXfstestsBaselineOnFailures(ctx, g, *verbose, filesystems, check, config, *table, *junit)
 	}
 	var all []*vm.XfstestsResult
 	var failures []string
 	for _, f := range filesystems {
 		res, err := g.run(ctx, *verbose, func(k guestKernel) vm.XfstestsConfig {
-			c := config(f, check)
-			c.WorkDir = filepath.Join(runRoot, k.name+"-"+f)
-			return c
+			return config(k, f, check)
 		})
 		if err != nil {
 			return err
@@ -103,15 +102,13 @@ func cmdXfstests(ctx context.Context, args []string) error {
 // a test that passes on the baseline and fails on another kernel, so the
 // tests every other kernel passes need no baseline run: where most tests
 // pass, this takes about half the guest time of running both in full.
-func runXfstestsBaselineOnFailures(ctx context.Context, g *debianGuest, verbose bool, runRoot string,
-	filesystems, check []string, config func(f string, check []string) vm.XfstestsConfig, table, junit string) error {
+func runXfstestsBaselineOnFailures(ctx context.Context, g *debianGuest, verbose bool,
+	filesystems, check []string, config func(k guestKernel, f string, check []string) vm.XfstestsConfig, table, junit string) error {
 	base, others := g.kernels[0], g.kernels[1:]
 	var jobs []vm.XfstestsConfig
 	for _, f := range filesystems {
 		for _, k := range others {
-			c := config(f, check)
-			c.WorkDir = filepath.Join(runRoot, k.name+"-"+f)
-			jobs = append(jobs, g.job(k, verbose, c))
+			jobs = append(jobs, g.job(k, verbose, config(k, f, check)))
 		}
 	}
 	first, err := runGuests(ctx, jobs)
@@ -131,9 +128,7 @@ func runXfstestsBaselineOnFailures(ctx context.Context, g *debianGuest, verbose 
 			baselines[f] = &vm.XfstestsResult{Label: base.name, FS: f, Commit: byFS[f][0].Commit, Subset: true}
 			continue
 		}
-		c := config(f, retry)
-		c.WorkDir = filepath.Join(runRoot, base.name+"-"+f)
-		jobs = append(jobs, g.job(base, verbose, c))
+		jobs = append(jobs, g.job(base, verbose, config(base, f, retry)))
 	}
 	second, err := runGuests(ctx, jobs)
 	if err != nil {
@@ -151,6 +146,12 @@ func runXfstestsBaselineOnFailures(ctx context.Context, g *debianGuest, verbose 
 		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
 	}
 	return writeXfsReports(all, failures, table, junit)
+}
+
+// xfsRunDir is the work directory of one kernel's boot on one base
+// filesystem within a run; -from reads it back from the same place.
+func xfsRunDir(runRoot, kernel, fs string) string {
+	return filepath.Join(runRoot, kernel+"-"+fs)
 }
 
 func kernelNames(ks []guestKernel) string {
@@ -171,7 +172,7 @@ func judgeXfstestsRun(dir, kernels, fsList string, subset bool, table, junit str
 	for _, f := range splitList(fsList) {
 		var res []*vm.XfstestsResult
 		for i, k := range splitList(kernels) {
-			r, err := vm.LoadXfstests(k, f, filepath.Join(dir, k+"-"+f))
+			r, err := vm.LoadXfstests(k, f, xfsRunDir(dir, k, f))
 			if err != nil {
 				return err
 			}
