@@ -278,6 +278,8 @@ REGRESS_GROUP ?= auto
 REGRESS_FS ?= ext4,xfs
 ## REGRESS_BASELINE=all: what the stock kernel runs in make regress: all, or failures (only what patched did not pass)
 REGRESS_BASELINE ?= all
+## REGRESS_PART=: N/OF runs only the N-th of OF contiguous parts of REGRESS_GROUP (empty: all of it)
+REGRESS_PART ?=
 ## XFSTESTS=upstream: xfstests-dev for make regress, a path or git URL
 ## XFSTESTS_REF=: the xfstests commit for make regress (default its head)
 ## UNIONMOUNT=upstream: unionmount-testsuite for make regress (overlay/100-117), a path, git URL or none
@@ -288,8 +290,8 @@ regress: deps kernel ## xfstests' overlay tests on both kernels in a Debian gues
 	@mkdir -p $(OUT)
 	@start=$$(date +%s); \
 	$(OVLVM) xfstests -kernel stock,patched -g $(REGRESS_GROUP) -fs $(REGRESS_FS) -baseline $(REGRESS_BASELINE) \
-		-junit $(OUT)/junit-xfstests.xml -table $(OUT)/xfstests.rst; \
-	rc=$$?; echo "regress: xfstests -g $(REGRESS_GROUP) on $(REGRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
+		$(if $(REGRESS_PART),-part $(REGRESS_PART)) -junit $(OUT)/junit-xfstests.xml -table $(OUT)/xfstests.rst; \
+	rc=$$?; echo "regress: xfstests -g $(REGRESS_GROUP)$(if $(REGRESS_PART), part $(REGRESS_PART)) on $(REGRESS_FS) took $$(( $$(date +%s) - start ))s"; exit $$rc
 
 # The guest suite on Debian's own linux-image package of KBASE, unmodified,
 # its modules loaded in the guest, judged as the stock kernel beside the

@@ -30,6 +30,8 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	group := fs.String("g", "quick", "xfstests group(s) for ./check -g (overlay tests and the generic ones that run on overlay)")
 	tests := fs.String("tests", "", "comma-separated tests to run instead of a group (overlay/001,generic/001)")
 	exclude := fs.String("x", "", "comma-separated tests to leave out (./check -e)")
+	part := fs.String("part", "", "N/OF: with -g, run only the N-th of OF near-equal, contiguous parts of the group's tests "+
+		"(as the image's group lists give them), so that a group too long for one sitting runs in parts")
 	image := fs.String("image", "", "root image (default: scripts/xfstests-image.sh builds or finds it)")
 	accel := fs.String("accel", envOr("ACCEL", "auto"), "auto, kvm or tcg")
 	mem := fs.Int("mem", 2048, "guest memory in MiB")
@@ -50,6 +52,17 @@ func cmdXfstests(ctx context.Context, args []string) error {
 		return judgeXfstestsRun(*from, *kernels, *fsList, subset, *table, *junit)
 	}
 
+	var testPart *vm.TestPart
+	if *part != "" {
+		p, err := vm.ParseTestPart(*part)
+		if err != nil {
+			return err
+		}
+		if *tests != "" {
+			return errors.New("-part splits a group (-g), not a -tests list")
+		}
+		testPart = &p
+	}
 	check := []string{}
 	switch {
 	case *tests != "":
@@ -59,14 +72,19 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	default:
 		return errors.New("-g or -tests is needed")
 	}
-	if *exclude != "" {
-		check = append(check, "-e", *exclude)
-	}
 	g, err := setupDebianGuest(ctx, *top, *cache, *kbase, *kernels, *image, *accel)
 	if err != nil {
 		return err
 	}
 	*image = g.image
+	if testPart != nil {
+		if check, err = groupPart(ctx, g.image, *group, *testPart); err != nil {
+			return err
+		}
+	}
+	if *exclude != "" {
+		check = append(check, "-e", *exclude)
+	}
 	pruneRuns(*cache, 24*time.Hour)
 	runRoot, err := os.MkdirTemp(*cache, "run-xfstests-")
 	if err != nil {
@@ -146,6 +164,21 @@ func runXfstestsBaselineOnFailures(ctx context.Context, g *debianGuest, verbose 
 		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
 	}
 	return writeXfsReports(all, failures, table, junit)
+}
+
+// groupPart expands group as check would, from the image's group lists,
+// and returns part p of its tests.
+func groupPart(ctx context.Context, image, group string, p vm.TestPart) ([]string, error) {
+	all, err := vm.XfstestsGroup(ctx, image, group)
+	if err != nil {
+		return nil, err
+	}
+	sel := p.Select(all)
+	if len(sel) == 0 {
+		return nil, fmt.Errorf("-g %s has %d tests: part %d/%d is empty", group, len(all), p.N, p.Of)
+	}
+	progress("-g %s: %d tests; part %d/%d is %d of them, %s to %s", group, len(all), p.N, p.Of, len(sel), sel[0], sel[len(sel)-1])
+	return sel, nil
 }
 
 // xfsRunDir is the work directory of one kernel's boot on one base
