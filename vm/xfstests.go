@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -390,6 +391,10 @@ func (r *XfstestsResult) readResults(console []string) error {
 // xfstestsLine is a line check prints when a test ends.
 var xfstestsLine = regexp.MustCompile(`^((?:overlay|generic)/\d+)\s+(.*)$`)
 
+// checkTime is the time check prints last on a passing test's line: that
+// run's, after the previous run's and "...".
+var checkTime = regexp.MustCompile(`(?:^|\s)(\d+)s$`)
+
 // consume stores the console, passes it on, and reports each finished test.
 func (c *XfstestsConfig) consume(r io.Reader, log io.Writer, start time.Time) []string {
 	var lines []string
@@ -572,6 +577,10 @@ func parseCheckConsole(lines []string) []XfsTest {
 				out = append(out, o)
 			}
 			t.Output = strings.Join(out, "\n")
+		default:
+			if m := checkTime.FindStringSubmatch(rest); m != nil {
+				t.Seconds, _ = strconv.ParseFloat(m[1], 64)
+			}
 		}
 		if j, ok := seen[t.Name]; ok {
 			tests[j] = t

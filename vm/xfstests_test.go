@@ -166,6 +166,7 @@ func TestNotPassedAcrossRuns(t *testing.T) {
 func TestParseCheckConsole(t *testing.T) {
 	console := strings.Split(`FSTYP         -- overlay
 overlay/001 3s ...  2s
+generic/047         676s
 overlay/002       [not run] this test requires a valid $SCRATCH_DEV
 generic/003 1s ... - output mismatch (see /opt/xfstests/results//generic/003.out.bad)
     --- tests/generic/003.out
@@ -178,7 +179,7 @@ Ran: overlay/001 generic/003 generic/004`, "\n")
 	for _, tc := range parseCheckConsole(console) {
 		got[tc.Name] = tc
 	}
-	want := map[string]XfsStatus{"overlay/001": XfsPass, "overlay/002": XfsNotRun,
+	want := map[string]XfsStatus{"overlay/001": XfsPass, "generic/047": XfsPass, "overlay/002": XfsNotRun,
 		"generic/003": XfsFail, "generic/004": XfsFail, "generic/005": XfsNotRun}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -187,6 +188,10 @@ Ran: overlay/001 generic/003 generic/004`, "\n")
 		if got[n].Status != s {
 			t.Errorf("%s: %s, want %s", n, got[n].Status, s)
 		}
+	}
+	// The time of this run, not the previous one check prints first.
+	if got["overlay/001"].Seconds != 2 || got["generic/047"].Seconds != 676 {
+		t.Errorf("times %v and %v, want 2 and 676", got["overlay/001"].Seconds, got["generic/047"].Seconds)
 	}
 	if !strings.Contains(got["generic/003"].Output, "+++ /opt/xfstests/results//generic/003.out.bad") {
 		t.Errorf("generic/003 output %q lacks the diff", got["generic/003"].Output)
