@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,4 +103,63 @@ func (s *Store) checkVolatileMark(l *layerLock) error {
 		return fmt.Errorf("%s: clear volatile mark: %w", l.id, err)
 	}
 	return nil
+}
+
+// plannedRefs are the layers whose diff directory this process handed
+// out after planning a Get (see Store.planned), by ID.
+type plannedRefs struct {
+	mu sync.Mutex
+	m  map[string]plannedRef
+}
+
+// plannedRef is a planned layer's slot, the generation the slot had when
+// the plan was made, and the path Get hands out.
+type plannedRef struct {
+	slot, gen uint64
+	path      string
+}
+
+// plannedMax bounds the plans kept; past it they are forgotten at once,
+// and the next Get of each plans again.
+const plannedMax = 1024
+
+func (p *plannedRefs) get(id string) (plannedRef, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, ok := p.m[id]
+	return r, ok
+}
+
+func (p *plannedRefs) put(id string, r plannedRef) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil || len(p.m) >= plannedMax {
+		p.m = make(map[string]plannedRef)
+	}
+	p.m[id] = r
+}
+
+// getPlanned takes a reference to the diff directory of id, which this
+// process planned before, if nobody has held id's lock since: nothing
+// that plan rests on (the layer's record, its holds, its children, its
+// volatile mark) can have changed. It is one compare-and-swap.
+func (s *Store) getPlanned(id string) (string, bool) {
+	if s.refs == nil {
+		return "", false
+	}
+	r, ok := s.planned.get(id)
+	if !ok || !s.refs.add(r.slot, r.gen, 1) {
+		return "", false
+	}
+	return r.path, true
+}
+
+// putPlanned drops a reference getPlanned could take: the plan holds,
+// and the count is not zero.
+func (s *Store) putPlanned(id string) bool {
+	if s.refs == nil {
+		return false
+	}
+	r, ok := s.planned.get(id)
+	return ok && s.refs.add(r.slot, r.gen, -1)
 }

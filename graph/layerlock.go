@@ -97,9 +97,30 @@ type layerLock struct {
 	// cached: fd belongs to the store's layerFdCache, which keeps it
 	// open; unlock releases the flock and the entry instead of closing.
 	cached *layerFd
+	// excl: the lock is exclusive, and claims the layer's slot of the
+	// reference table when it reads the count (see refTable).
+	excl bool
+	// slot is the layer's slot, if hasSlot; claimed while this lock
+	// holds it; gen is the generation the unlock left.
+	slot     uint64
+	hasSlot  bool
+	claimed  bool
+	gen      uint64
+	freeSlot bool // the layer is gone: unlock gives the slot up
+	// read: the mount record xattr was read; record: it is there.
+	read, record bool
 }
 
 func (l *layerLock) unlock() {
+	// The claim ends before the flock: the next holder's claim must
+	// not be ended by this one.
+	if l.claimed {
+		l.gen = l.s.refs.release(l.slot)
+		l.claimed = false
+		if l.freeSlot {
+			l.s.refs.free(l.slot)
+		}
+	}
 	if l.cached == nil {
 		unix.Close(l.fd)
 		return
@@ -188,11 +209,52 @@ func (c *layerFdCache) closeIdleLocked(keep int) {
 	}
 }
 
-// mounts reads the layer's mount record; a layer never mounted has none.
+// mounts reads the layer's mount record, with the references its slot
+// of the reference table counts (claimed, for an exclusive lock); a
+// layer never mounted has none.
 func (l *layerLock) mounts() (mountRecord, error) {
-	return readMountRecord(l.id, func(buf []byte) (int, error) {
+	m, err := readMountRecord(l.id, func(buf []byte) (int, error) {
 		return unix.Fgetxattr(l.fd, l.s.mountsAttr(), buf)
 	})
+	if err != nil {
+		return m, err
+	}
+	l.read, l.record = true, m != (mountRecord{})
+	return l.s.withTableRefs(m, l.tableRefs()), nil
+}
+
+// tableRefs is the count of the layer's slot, claimed first by an
+// exclusive lock; no slot counts nothing.
+func (l *layerLock) tableRefs() uint64 {
+	t := l.s.refs
+	if t == nil {
+		return 0
+	}
+	if !l.hasSlot {
+		if l.slot, l.hasSlot = t.lookup(l.id); !l.hasSlot {
+			return 0
+		}
+	}
+	if l.excl && !l.claimed {
+		l.claimed = true
+		return t.claim(l.slot)
+	}
+	return t.count(l.slot)
+}
+
+// withTableRefs adds n references of the reference table, which are to
+// the diff directory in this boot, to record m. A layer with such
+// references is not mounted, and a record from another boot is stale.
+func (s *Store) withTableRefs(m mountRecord, n uint64) mountRecord {
+	if n == 0 {
+		return m
+	}
+	if !m.Dir || m.Boot != s.bootTag {
+		m = mountRecord{}
+	}
+	m.Refs += int(n)
+	m.Dir, m.Boot = true, s.bootTag
+	return m
 }
 
 // readMountRecord decodes the record get reads into buf; no xattr (or no
@@ -260,19 +322,54 @@ func isMounted(merged string) bool {
 	return err == nil && ok
 }
 
-// setMounts writes the record; a zero count removes it.
+// setMounts writes the record; a zero count removes it. References to
+// the diff directory are counted in the layer's slot of the reference
+// table, which is made on first use, and the xattr goes.
 func (l *layerLock) setMounts(m mountRecord) error {
-	if m.Refs == 0 {
+	inTable := m.Dir && m.Refs > 0 && l.ensureSlot()
+	if inTable {
+		l.s.refs.setCount(l.slot, uint64(m.Refs))
+	} else if l.claimed {
+		l.s.refs.setCount(l.slot, 0) // counted in the record, if at all
+	}
+	if inTable || m.Refs == 0 {
+		if l.read && !l.record {
+			return nil
+		}
 		err := unix.Fremovexattr(l.fd, l.s.mountsAttr())
 		if err != nil && !errors.Is(err, unix.ENODATA) {
 			return fmt.Errorf("%s: clear mount record: %w", l.id, err)
 		}
+		l.record = false
 		return nil
 	}
 	if err := unix.Fsetxattr(l.fd, l.s.mountsAttr(), m.encode(), 0); err != nil {
 		return fmt.Errorf("%s: write mount record: %w", l.id, err)
 	}
+	l.record = true
 	return nil
+}
+
+// ensureSlot finds or makes the layer's slot and claims it; false: the
+// store has no table, or no slot is free near the layer's (its count
+// stays in the record).
+func (l *layerLock) ensureSlot() bool {
+	t := l.s.refs
+	if t == nil || !l.excl {
+		return false
+	}
+	if !l.hasSlot {
+		if l.slot, l.hasSlot = t.lookup(l.id); !l.hasSlot {
+			if l.slot, l.hasSlot = t.alloc(l.id); !l.hasSlot {
+				return false
+			}
+		}
+	}
+	if !l.claimed {
+		l.claimed = true
+		t.claim(l.slot)
+	}
+	return true
 }
 
 // mountsOf reads id's mount record without its lock, for reports; a
@@ -285,11 +382,19 @@ func (s *Store) mountsOf(id string) (mountRecord, error) {
 	return mountRecord{}, nil
 }
 
-// recordedMounts is id's mount record as written.
+// recordedMounts is id's mount record as written, with the references
+// of its slot in the reference table.
 func (s *Store) recordedMounts(id string) (mountRecord, error) {
-	return readMountRecord(id, func(buf []byte) (int, error) {
+	m, err := readMountRecord(id, func(buf []byte) (int, error) {
 		return unix.Lgetxattr(s.layerDir(id), s.mountsAttr(), buf)
 	})
+	if err != nil || s.refs == nil {
+		return m, err
+	}
+	if i, ok := s.refs.lookup(id); ok {
+		m = s.withTableRefs(m, s.refs.count(i))
+	}
+	return m, nil
 }
 
 // prepareVolatile readies a container layer for a volatile mount.
@@ -355,7 +460,7 @@ func (s *Store) lockLayerHow(ctx context.Context, id string, how int) (*layerLoc
 		}
 		err = unix.Stat(dir, &cur)
 		if err == nil && held.Ino == cur.Ino && held.Dev == cur.Dev {
-			return &layerLock{s: s, id: id, fd: fd}, nil
+			return &layerLock{s: s, id: id, fd: fd, excl: how&unix.LOCK_EX != 0}, nil
 		}
 		unix.Close(fd)
 		if err != nil && !errors.Is(err, unix.ENOENT) {
@@ -411,7 +516,7 @@ func (s *Store) lockLayerFd(ctx context.Context, id string, e *layerFd) (*layerL
 		var cur unix.Stat_t
 		err := unix.Stat(dir, &cur)
 		if err == nil && cur.Ino == e.ino && cur.Dev == e.dev {
-			return &layerLock{s: s, id: id, fd: e.fd, cached: e}, nil
+			return &layerLock{s: s, id: id, fd: e.fd, cached: e, excl: true}, nil
 		}
 		// The descriptor is of a directory no longer at the path.
 		e.closeFd()

@@ -438,6 +438,9 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	// Its slot in the reference table goes with the unlock, after the
+	// claim that tells every plan of it that it changed.
+	l.freeSlot = l.hasSlot
 	// Move the directory away in one rename, then delete it: a crash
 	// after this point leaves only staging garbage. The trash needs no
 	// lock of its own: an Open that removes it first only saves work.
@@ -461,7 +464,9 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 
 // Get mounts id (on first use) and returns the path of its root. Every Get
 // needs a Put. A writable layer without a parent is not mounted: its root
-// is its diff directory (see direct).
+// is its diff directory (see direct), and once this process has handed it
+// out, the next Get takes the reference without the lock while nobody has
+// held the lock since (see refTable).
 //
 // ctx bounds the waits for the layer's lock and, when the state changed
 // since this process last read it, the store lock; it is checked once
@@ -469,27 +474,44 @@ func (s *Store) Remove(ctx context.Context, id string) error {
 // mounted. Once mounted, Get finishes: undoing the mount would cost more
 // than recording it.
 func (s *Store) Get(ctx context.Context, id string) (string, error) {
+	if p, ok := s.getPlanned(id); ok {
+		return p, nil
+	}
 	l, m, live, err := s.lockMounts(ctx, "get", id)
 	if err != nil {
 		return "", err
 	}
-	defer l.unlock()
+	p, planned, err := s.getLocked(ctx, l, id, m, live)
+	l.unlock()
+	if err == nil && planned && l.hasSlot {
+		s.planned.put(id, plannedRef{slot: l.slot, gen: l.gen, path: p})
+	}
+	return p, err
+}
+
+// getLocked is Get under id's lock l, with the mount record m and
+// whether it is live; planned says the diff directory was handed out
+// after a new plan, which the next Get can take as it is while nobody
+// holds the lock meanwhile.
+func (s *Store) getLocked(ctx context.Context, l *layerLock, id string, m mountRecord, live bool) (string, bool, error) {
 	if live {
 		m.Refs++
 		if err := l.setMounts(m); err != nil {
-			return "", fmt.Errorf("get: %w", err)
+			return "", false, fmt.Errorf("get: %w", err)
 		}
-		return s.rootPath(id, m), nil
+		return s.rootPath(id, m), false, nil
 	}
 	// No mount, or a count left by a crashed process: mount afresh.
 	plan, err := s.planGet(ctx, id)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if plan.direct {
-		return s.getDirect(ctx, l, id, plan.written)
+		p, err := s.getDirect(ctx, l, id, plan.written)
+		return p, err == nil, err
 	}
-	return s.mountForGet(ctx, l, id, plan)
+	p, err := s.mountForGet(ctx, l, id, plan)
+	return p, false, err
 }
 
 // A getPlan is how Get hands out a layer that nobody has mounted.
@@ -569,11 +591,16 @@ func (s *Store) mountForGet(ctx context.Context, l *layerLock, id string, p getP
 	return merged, nil
 }
 
-// Put drops one reference taken by Get and unmounts at zero.
+// Put drops one reference taken by Get and unmounts at zero; a reference
+// to a diff directory that Get could take without the lock is dropped
+// the same way.
 //
 // ctx bounds the wait for the layer's lock; a done ctx fails Put there
 // with the reference still held. Once the lock is held, Put finishes.
 func (s *Store) Put(ctx context.Context, id string) error {
+	if s.putPlanned(id) {
+		return nil
+	}
 	l, m, live, err := s.lockMounts(ctx, "put", id)
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@
 //	layers/<id>       its xattr trusted.ovlkit.mounts holds the mount count
 //	lock              serialises state changes between processes (flock)
 //	features.json     kernel features probed for this boot
+//	refs              references to diff directories handed out this
+//	                  boot, mapped by every process (see refTable)
 //	layers/<id>/      diff/ (the layer's own changes), work/, merged/, and
 //	                  root/ for image layers of the hardlink layout
 //	l/<link>          short names of the diffs, so 500 lowers fit one page
@@ -185,6 +187,14 @@ type Store struct {
 	// layerFds keeps the descriptors of layer directories that exclusive
 	// layer locks were taken on, open between locks (see layerFdCache).
 	layerFds layerFdCache
+	// refs counts the references to diff directories (see refTable);
+	// nil where Get never hands one out.
+	refs *refTable
+	// planned are the layers whose diff directory this process last
+	// handed out after planning a Get, with their slot and the
+	// generation it had then: while that is unchanged, Get and Put of
+	// the layer are one operation on the slot (see getPlanned).
+	planned plannedRefs
 }
 
 // LayerMounter is the part of the store a runtime needs to use layers.
@@ -244,6 +254,9 @@ func Open(home string, opts Options) (*Store, error) {
 	if err := s.init(opts); err != nil {
 		logCleanup(log, "close store lock", lf.Close())
 		s.state.close()
+		if s.refs != nil {
+			logCleanup(log, "close reference table", s.refs.close())
+		}
 		// A store refused at creation leaves nothing behind.
 		nh.undo(home, log)
 		return nil, err
@@ -373,7 +386,7 @@ func (nh newHome) undo(home string, log *slog.Logger) {
 		logCleanup(log, "remove refused store", os.RemoveAll(home))
 		return
 	}
-	for _, n := range []string{"layers", "l", "staging", "empty", "lock", stateName, "features.json"} {
+	for _, n := range []string{"layers", "l", "staging", "empty", "lock", stateName, "features.json", refsName} {
 		logCleanup(log, "remove refused store", os.RemoveAll(filepath.Join(home, n)))
 	}
 	logCleanup(log, "restore home mode", unix.Chmod(home, nh.mode))
@@ -397,6 +410,9 @@ func (s *Store) init(opts Options) error {
 		return err
 	}
 	if err := s.chooseOptions(opts); err != nil {
+		return err
+	}
+	if err := s.openRefs(); err != nil {
 		return err
 	}
 	return s.recover(st)
@@ -461,6 +477,21 @@ func (s *Store) probeFeatures(opts Options) error {
 	return nil
 }
 
+// openRefs maps the reference table where Get hands out diff
+// directories; every process of the store must use it or none, so a
+// table this process cannot use fails Open.
+func (s *Store) openRefs() error {
+	if s.userx || s.bootTag == "" {
+		return nil
+	}
+	t, err := openRefTable(s.home, s.bootTag)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", s.home, err)
+	}
+	s.refs = t
+	return nil
+}
+
 // chooseOptions sets the mount options opts ask for, refusing those the
 // kernel does not offer.
 func (s *Store) chooseOptions(opts Options) error {
@@ -510,6 +541,11 @@ func (s *Store) Close() error {
 	s.layerFds.closeIdle(0)
 	if err != nil {
 		return fmt.Errorf("close store lock: %w", err)
+	}
+	if s.refs != nil {
+		if err := s.refs.close(); err != nil {
+			return fmt.Errorf("close reference table: %w", err)
+		}
 	}
 	return nil
 }
