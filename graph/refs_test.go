@@ -1,10 +1,12 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -281,6 +283,102 @@ func TestPlannedGetRacesRemove(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+}
+
+// refsHelperEnv makes the test binary a process that takes and drops
+// references to one layer until it is removed (see refsHelper).
+const refsHelperEnv = "OVLKIT_GRAPH_REFS_HELPER_HOME"
+
+// refsHelper gets, writes through and puts layer id of the store in home
+// until the layer is gone, and prints how many rounds it made.
+func refsHelper(home, id string) int {
+	s, err := Open(home, Options{Sync: SyncNone, Features: hostFeatures()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer s.Close()
+	for n := 0; ; n++ {
+		err := holdOnce(s, id, fmt.Sprintf("helper-%d", os.Getpid()))
+		if errors.Is(err, ErrNotExist) {
+			fmt.Println(n)
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+}
+
+// holdOnce takes a reference to id, writes and removes a file through
+// it, and drops it: the layer must stay while the reference is held.
+func holdOnce(s *Store, id, who string) error {
+	ctx := context.Background()
+	p, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	f := filepath.Join(p, who)
+	if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+		return fmt.Errorf("write through a held reference: %w", err)
+	}
+	if err := os.Remove(f); err != nil {
+		return fmt.Errorf("the layer went while referenced: %w", err)
+	}
+	return s.Put(ctx, id)
+}
+
+// Two other processes take and drop references while this one removes
+// the layer: the table is shared through the file, and Remove waits for
+// a moment without references.
+func TestPlannedGetAcrossProcesses(t *testing.T) {
+	ctx := context.Background()
+	home := t.TempDir()
+	s := openTest(t, home, LayoutOverlay)
+	must(t, s.CreateReadWrite(ctx, "ctr", ""))
+	var cmds []*exec.Cmd
+	var outs []*bytes.Buffer
+	for i := 0; i < 2; i++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.Env = append(os.Environ(), refsHelperEnv+"="+home, "OVLKIT_GRAPH_HELPER_PREFIX=ctr")
+		must(t, cmd.Start())
+		cmds, outs = append(cmds, cmd), append(outs, &out)
+	}
+	// Let the helpers plan and loop before the removal begins.
+	deadline := time.Now().Add(10 * time.Second)
+	for seen := 0; seen < 20 && time.Now().Before(deadline); {
+		if li, err := s.Layer("ctr"); err == nil && li.Mounts > 0 {
+			seen++
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for {
+		err := s.Remove(ctx, "ctr")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrMounted) || time.Now().After(deadline) {
+			for i, cmd := range cmds {
+				logCleanup(s.log, "kill helper", cmd.Process.Kill())
+				_ = cmd.Wait()
+				t.Logf("helper %d: %s", i, outs[i])
+			}
+			t.Fatalf("remove: %v", err)
+		}
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("helper %d: %v: %s", i, err, outs[i])
+		}
+		var rounds int
+		if _, err := fmt.Sscan(outs[i].String(), &rounds); err != nil || rounds < 2 {
+			t.Errorf("helper %d made %q rounds, want at least 2 (one planned)", i, outs[i])
 		}
 	}
 }

@@ -464,6 +464,9 @@ func TestMain(m *testing.M) {
 	if home := os.Getenv(helperEnv); home != "" {
 		os.Exit(helperProcess(home, os.Getenv("OVLKIT_GRAPH_HELPER_PREFIX")))
 	}
+	if home := os.Getenv(refsHelperEnv); home != "" {
+		os.Exit(refsHelper(home, os.Getenv("OVLKIT_GRAPH_HELPER_PREFIX")))
+	}
 	os.Exit(m.Run())
 }
 
