@@ -79,7 +79,15 @@ func openRefTable(home, boot string) (*refTable, error) {
 	if err := flock(fd, unix.LOCK_EX); err != nil {
 		return nil, fmt.Errorf("reference table: lock: %w", err)
 	}
-	defer flock(fd, unix.LOCK_UN) //nolint:errcheck // closing drops it too
+	// The mapping keeps the open file, and the flock on it, after the
+	// close: the next Open would wait forever. A failed unlock is the
+	// same hang, so it is the one reported.
+	unlocked := false
+	defer func() {
+		if !unlocked {
+			_ = flock(fd, unix.LOCK_UN)
+		}
+	}()
 	size := int64(refsHeaderSize + refsSlots*refsSlotSize)
 	header := make([]byte, refsHeaderSize)
 	n, err := f.ReadAt(header, 0)
@@ -114,6 +122,11 @@ func openRefTable(home, boot string) (*refTable, error) {
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("reference table: map: %w", err)
+	}
+	unlocked = true
+	if err := flock(fd, unix.LOCK_UN); err != nil {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("reference table: unlock: %w", err)
 	}
 	return &refTable{mem: mem, slots: refsSlots}, nil
 }
