@@ -66,8 +66,8 @@ const (
 
 // openRefTable maps the store's reference table, made or emptied for
 // boot (a bootTag) under the file's own lock. A table of another format
-// in the same boot is some other version's, which may be using it: this
-// Open does without it.
+// in the same boot is some other version's, which may be using it: it is
+// refused, and Open fails (see Store.openRefs).
 func openRefTable(home, boot string) (*refTable, error) {
 	path := filepath.Join(home, refsName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, ownerOnly&0o600)
