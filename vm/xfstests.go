@@ -678,7 +678,8 @@ func CompareXfstests(base, other *XfstestsResult) []XfsDiff {
 }
 
 // WriteXfstestsTable writes a reStructuredText table with one row per
-// test and a column per run, plus every failure's message.
+// test and a column per run, then, for every test that did not pass
+// somewhere, xfstests' message for it: why it failed or did not run.
 func WriteXfstestsTable(w io.Writer, runs ...*XfstestsResult) {
 	byName := map[string][]*XfsTest{}
 	for i, r := range runs {
@@ -744,6 +745,50 @@ func WriteXfstestsTable(w io.Writer, runs ...*XfstestsResult) {
 		row(cols)
 	}
 	rule()
+	writeXfsReasons(w, names, byName, runs)
+}
+
+// writeXfsReasons writes a definition list of the tests that failed or
+// did not run in some run, with xfstests' message. Runs that agree on
+// the outcome and the message share a line, so a test not run alike on
+// both kernels reads as one reason.
+func writeXfsReasons(w io.Writer, names []string, byName map[string][]*XfsTest, runs []*XfstestsResult) {
+	first := true
+	for _, n := range names {
+		type reason struct {
+			labels []string
+			text   string
+		}
+		var reasons []reason
+		for i, t := range byName[n] {
+			if t == nil || t.Status == XfsPass {
+				continue
+			}
+			text := string(t.Status)
+			if m := firstLine(t.Message); m != "" && !strings.Contains(m, "``") {
+				text += ": ``" + m + "``"
+			}
+			j := 0
+			for j < len(reasons) && reasons[j].text != text {
+				j++
+			}
+			if j == len(reasons) {
+				reasons = append(reasons, reason{text: text})
+			}
+			reasons[j].labels = append(reasons[j].labels, runs[i].Label)
+		}
+		if len(reasons) == 0 {
+			continue
+		}
+		if first {
+			fmt.Fprintf(w, "\nWhat did not pass, with xfstests' message:\n\n")
+			first = false
+		}
+		fmt.Fprintln(w, n)
+		for _, r := range reasons {
+			fmt.Fprintf(w, "   - %s: %s\n", strings.Join(r.labels, ", "), r.text)
+		}
+	}
 }
 
 // WriteXfstestsJUnit writes every run as a test suite named after its

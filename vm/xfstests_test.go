@@ -241,13 +241,17 @@ func TestCompareXfstests(t *testing.T) {
 
 func TestWriteXfstestsReports(t *testing.T) {
 	runs := []*XfstestsResult{
-		{Label: "stock", FS: "ext4", Tests: []XfsTest{{Name: "overlay/001", Status: XfsPass, Seconds: 2}}},
-		{Label: "patched", FS: "ext4", Tests: []XfsTest{{Name: "overlay/001", Status: XfsFail, Message: "output mismatch"}},
+		{Label: "stock", FS: "ext4", Tests: []XfsTest{{Name: "overlay/001", Status: XfsPass, Seconds: 2},
+			{Name: "overlay/002", Status: XfsNotRun, Message: "no fsck.overlay"}}},
+		{Label: "patched", FS: "ext4", Tests: []XfsTest{{Name: "overlay/001", Status: XfsFail, Message: "output mismatch"},
+			{Name: "overlay/002", Status: XfsNotRun, Message: "no fsck.overlay"}},
 			Problems: []string{"kernel WARNING report:\nWARNING: at fs/overlayfs"}},
 	}
 	var b bytes.Buffer
 	WriteXfstestsTable(&b, runs...)
-	for _, s := range []string{"stock (ext4)", "patched (ext4)", "overlay/001", "pass 2s", "fail"} {
+	for _, s := range []string{"stock (ext4)", "patched (ext4)", "overlay/001", "pass 2s", "fail",
+		"overlay/001\n   - patched: fail: ``output mismatch``\n",
+		"overlay/002\n   - stock, patched: notrun: ``no fsck.overlay``\n"} {
 		if !strings.Contains(b.String(), s) {
 			t.Errorf("table lacks %q:\n%s", s, b.String())
 		}
@@ -270,7 +274,7 @@ func TestWriteXfstestsReports(t *testing.T) {
 	if err := xml.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.Suites) != 2 || doc.Suites[0].Failures != 0 || doc.Suites[1].Failures != 2 || doc.Suites[1].Tests != 2 {
+	if len(doc.Suites) != 2 || doc.Suites[0].Failures != 0 || doc.Suites[1].Failures != 2 || doc.Suites[1].Tests != 3 {
 		t.Errorf("JUnit suites %+v: want stock clean, patched with the failing test and the run problem", doc.Suites)
 	}
 }
