@@ -246,7 +246,7 @@ func newHarness(ctx context.Context, o options, probeKernel string) (*harness, e
 	if h.pkgs, err = initramfs.ListGuestPackages(ctx, h.goBin, h.o.top, patterns...); err != nil {
 		return nil, err
 	}
-	pruneRuns(o.cache, 24*time.Hour)
+	pruneRuns(o.cache)
 	h.runRoot, err = os.MkdirTemp(o.cache, "run-")
 	if err != nil {
 		return nil, err
@@ -277,14 +277,26 @@ func chooseAccel(ctx context.Context, accel, qemu, probeKernel, cache string) (v
 	return vm.TCG, fmt.Errorf("-accel %q: want auto, kvm or tcg", accel)
 }
 
-// pruneRuns removes run directories (logs of earlier runs) older than age.
-func pruneRuns(cache string, age time.Duration) {
+// pruneRuns removes the work directories (logs) of earlier runs once
+// they are older than runKeep says.
+func pruneRuns(cache string) {
 	old, _ := filepath.Glob(filepath.Join(cache, "run-*"))
 	for _, d := range old {
-		if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > age {
+		if fi, err := os.Stat(d); err == nil && time.Since(fi.ModTime()) > runKeep(filepath.Base(d)) {
 			os.RemoveAll(d)
 		}
 	}
+}
+
+// runKeep is how long the run directory name is kept: an xfstests run's
+// for a week, because one part of the generic tests may take sittings on
+// several days that "ovlvm xfstests -from" then judges together; any
+// other run's for a day.
+func runKeep(name string) time.Duration {
+	if strings.HasPrefix(name, "run-xfstests-") {
+		return 7 * 24 * time.Hour
+	}
+	return 24 * time.Hour
 }
 
 func progress(format string, args ...any) {

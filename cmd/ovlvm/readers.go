@@ -71,7 +71,7 @@ func cmdReaders(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	pruneRuns(*cache, 24*time.Hour)
+	pruneRuns(*cache)
 	runRoot, err := os.MkdirTemp(*cache, "run-readers-")
 	if err != nil {
 		return err

@@ -85,7 +85,7 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	if *exclude != "" {
 		check = append(check, "-e", *exclude)
 	}
-	pruneRuns(*cache, 24*time.Hour)
+	pruneRuns(*cache)
 	runRoot, err := os.MkdirTemp(*cache, "run-xfstests-")
 	if err != nil {
 		return err
