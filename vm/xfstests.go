@@ -117,7 +117,21 @@ type XfstestsResult struct {
 	// test missing from it passed on every other kernel and cannot be a
 	// regression, so comparisons leave it out.
 	Subset bool
+	// Given are the tests check was given, when the guest's command line
+	// names each one (-tests, -part); nil when check expanded a group.
+	Given []string
+	// Unfinished marks a run whose check wrote no report: the guest was
+	// stopped or died, and Tests are the ones the console shows ended.
+	Unfinished bool
 }
+
+// The problems of a run that was stopped before check finished. They
+// hold for that sitting alone: MergeXfstests drops them once later
+// sittings have a result for every test the stopped one was given.
+const (
+	problemNoReport  = "guest wrote no result.xml (check did not finish); results taken from the console"
+	problemNoResults = "no results copied back: "
+)
 
 // NotPassed lists, in order, every test that did not pass in some run:
 // it failed, did not run, or ran on one kernel and is missing from
@@ -212,12 +226,122 @@ func LoadXfstests(label, fs, workDir string) (*XfstestsResult, error) {
 		Results: filepath.Join(workDir, "results")}
 	res.readConsole(console)
 	if _, err := os.Stat(res.Results); err != nil {
-		res.Problems = append(res.Problems, fmt.Sprintf("no results copied back: %v", err))
+		res.Problems = append(res.Problems, fmt.Sprintf(problemNoResults+"%v", err))
 	}
 	if err := res.readResults(console); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// checkCommand is how xfstests_guest.sh announces check's command line;
+// its arguments follow.
+const checkCommand = "ovlkit-xfstests: ./check -overlay -R xunit "
+
+// givenTests returns check's arguments when each names a test, and nil
+// when they hold a group or an exclusion that check expands itself.
+func givenTests(args []string) []string {
+	for _, a := range args {
+		if !xfstestsName.MatchString(a) {
+			return nil
+		}
+	}
+	return args
+}
+
+var xfstestsName = regexp.MustCompile(`^(?:overlay|generic)/\d+$`)
+
+// MergeXfstests joins the sittings of one kernel on one base filesystem,
+// in the order they ran, into one result: a selection too long for one
+// sitting is stopped and the rest given to a later one, or a later
+// sitting runs again what an earlier one left unfinished. A test's
+// result is the last sitting's that has one. A stopped sitting's
+// "check did not finish" problems are dropped when the sittings together
+// have a result for every test it was given; check has read the kernel
+// log after each of the tests it finished, so the console's results are
+// judged as a finished run's. Every other problem is kept, and so are
+// those of a stopped sitting whose tests are not all accounted for (a
+// group check expanded, whose list the console does not show, never is).
+func MergeXfstests(sittings ...*XfstestsResult) (*XfstestsResult, error) {
+	if len(sittings) == 0 {
+		return nil, errors.New("merge xfstests sittings: none given")
+	}
+	first := sittings[0]
+	m := &XfstestsResult{Label: first.Label, FS: first.FS}
+	byName := map[string]XfsTest{}
+	var serials []string
+	recorded, named := true, true
+	given := map[string]bool{}
+	for _, s := range sittings {
+		if s.Label != m.Label || s.FS != m.FS {
+			return nil, fmt.Errorf("merge xfstests sittings: %s on %s with %s on %s", s.Label, s.FS, m.Label, m.FS)
+		}
+		for _, t := range s.Tests {
+			byName[t.Name] = t
+		}
+		if s.Uname != "" {
+			if m.Uname != "" && s.Uname != m.Uname {
+				m.Problems = append(m.Problems, fmt.Sprintf("sittings booted different kernels: %s and %s", m.Uname, s.Uname))
+			}
+			m.Uname = s.Uname
+		}
+		if s.Commit != "" {
+			if m.Commit != "" && s.Commit != m.Commit {
+				m.Problems = append(m.Problems, fmt.Sprintf("sittings ran different xfstests: %s and %s", m.Commit, s.Commit))
+			}
+			m.Commit = s.Commit
+		}
+		m.Splats = append(m.Splats, s.Splats...)
+		m.Seconds += s.Seconds
+		recorded = recorded && s.Seconds > 0
+		serials = append(serials, s.Serial)
+		m.Results = s.Results
+		named = named && s.Given != nil
+		for _, n := range s.Given {
+			if !given[n] {
+				given[n] = true
+				m.Given = append(m.Given, n)
+			}
+		}
+	}
+	if !recorded {
+		m.Seconds = 0
+	}
+	if !named {
+		m.Given = nil
+	}
+	m.Serial = strings.Join(serials, " ")
+	for _, s := range sittings {
+		if !s.Unfinished {
+			m.Problems = append(m.Problems, s.Problems...)
+			continue
+		}
+		var missing []string
+		for _, n := range s.Given {
+			if _, ok := byName[n]; !ok {
+				missing = append(missing, n)
+			}
+		}
+		if s.Given == nil || len(missing) > 0 {
+			m.Unfinished = true
+			m.Problems = append(m.Problems, s.Problems...)
+			if len(missing) > 0 {
+				m.Problems = append(m.Problems, fmt.Sprintf("%d tests given to the stopped sitting %s have no result in any sitting: %s",
+					len(missing), s.Serial, strings.Join(missing, " ")))
+			}
+			continue
+		}
+		for _, p := range s.Problems {
+			if p != problemNoReport && !strings.HasPrefix(p, problemNoResults) {
+				m.Problems = append(m.Problems, p)
+			}
+		}
+	}
+	for _, t := range byName {
+		m.Tests = append(m.Tests, t)
+	}
+	sortXfs(m.Tests)
+	return m, nil
 }
 
 func (c *XfstestsConfig) validate() error {
@@ -331,16 +455,20 @@ func (c *XfstestsConfig) boot(ctx context.Context, args []string, serialPath str
 	return b, nil
 }
 
-// readConsole takes the kernel reports, the kernel release and the
-// xfstests commit from the console. Both guest scripts start with a line
-// "ovlkit-xfstests: kernel 6.1.0, xfstests COMMIT, ..." or
-// "ovlkit-readers: kernel ...".
+// readConsole takes the kernel reports, the kernel release, the xfstests
+// commit and the tests check was given from the console. Both guest
+// scripts start with a line "ovlkit-xfstests: kernel 6.1.0, xfstests
+// COMMIT, ..." or "ovlkit-readers: kernel ...", and xfstests_guest.sh
+// prints check's command line before it runs it.
 func (r *XfstestsResult) readConsole(console []string) {
 	r.Splats = verdict.FindSplats(console)
 	for _, s := range r.Splats {
 		r.Problems = append(r.Problems, fmt.Sprintf("kernel %s report:\n%s", s.Kind, strings.Join(s.Excerpt, "\n")))
 	}
 	for _, l := range console {
+		if i := strings.Index(l, checkCommand); i >= 0 {
+			r.Given = givenTests(strings.Fields(l[i+len(checkCommand):]))
+		}
 		marker := "ovlkit-xfstests: kernel "
 		if !strings.Contains(l, marker) {
 			marker = "ovlkit-readers: kernel "
@@ -379,7 +507,8 @@ func (r *XfstestsResult) readResults(console []string) error {
 		// No report (the guest died mid-run): take what the console shows.
 		r.Tests = parseCheckConsole(console)
 		if xerr != nil {
-			r.Problems = append(r.Problems, "guest wrote no result.xml (check did not finish); results taken from the console")
+			r.Unfinished = true
+			r.Problems = append(r.Problems, problemNoReport)
 		}
 	}
 	if len(r.Tests) == 0 {

@@ -427,3 +427,84 @@ exit $res`
 		t.Error("systemd-run without --scope succeeded")
 	}
 }
+
+// sitting writes one sitting's console (and, when finished, check's
+// report) as RunXfstests leaves it, and reads it back.
+func sitting(t *testing.T, label string, given []string, consoleTests string, report string) *XfstestsResult {
+	t.Helper()
+	dir := t.TempDir()
+	serial := "ovlkit-xfstests: kernel 6.12.118, xfstests 63a29724, base ext4\n" +
+		"ovlkit-xfstests: ./check -overlay -R xunit " + strings.Join(given, " ") + "\n" + consoleTests
+	if err := os.WriteFile(filepath.Join(dir, "serial.log"), []byte(serial), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if report != "" {
+		if err := os.MkdirAll(filepath.Join(dir, "results"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "results", "result.xml"), []byte(report), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := LoadXfstests(label, "ext4", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestMergeXfstestsSittings(t *testing.T) {
+	// The first sitting was stopped during generic/003; the second ran
+	// it and the rest of the part, and generic/002 again.
+	stopped := sitting(t, "patched", []string{"generic/001", "generic/002", "generic/003", "generic/004"},
+		"generic/001 3s ...  3s\ngeneric/002 - output mismatch (see results/generic/002.out.bad)\n", "")
+	if !stopped.Unfinished || len(stopped.Given) != 4 || len(stopped.Problems) != 2 {
+		t.Fatalf("stopped sitting read as unfinished %v, given %q, problems %q", stopped.Unfinished, stopped.Given, stopped.Problems)
+	}
+	rest := `<testsuite name="xfstests" tests="3">
+	<testcase name="generic/002" time="4"></testcase>
+	<testcase name="generic/003" time="5"></testcase>
+	<testcase name="generic/004" time="0"><skipped message="no O_TMPFILE"/></testcase>
+</testsuite>`
+	later := sitting(t, "patched", []string{"generic/002", "generic/003", "generic/004"}, "", rest)
+	m, err := MergeXfstests(stopped, later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, f, n := m.Counts(); p != 3 || f != 0 || n != 1 {
+		t.Errorf("merged counts %d passed, %d failed, %d not run; want 3, 0, 1 (a later result replaces an earlier one)", p, f, n)
+	}
+	if len(m.Problems) != 0 || m.Unfinished {
+		t.Errorf("sittings that cover every given test keep problems %q (unfinished %v)", m.Problems, m.Unfinished)
+	}
+	if m.Uname != "6.12.118" || m.Commit != "63a29724" || len(m.Given) != 4 || !strings.Contains(m.Serial, later.Serial) {
+		t.Errorf("merged run %q %q, given %q, serial %q", m.Uname, m.Commit, m.Given, m.Serial)
+	}
+
+	// Without the later sitting's generic/004 the stopped sitting's
+	// problems stand, and the test without a result is named.
+	partial := sitting(t, "patched", []string{"generic/003"}, "generic/003 5s ...  5s\n", `<testsuite name="xfstests" tests="1">
+	<testcase name="generic/003" time="5"></testcase>
+</testsuite>`)
+	m, err = MergeXfstests(stopped, partial)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Unfinished || len(m.Problems) != 3 || !strings.Contains(m.Problems[2], "generic/004") {
+		t.Errorf("a test no sitting finished is not reported: unfinished %v, problems %q", m.Unfinished, m.Problems)
+	}
+
+	// Different xfstests commits, or kernels, are a problem; another
+	// kernel's or filesystem's sitting is an error.
+	other := sitting(t, "patched", []string{"generic/004"}, "", rest)
+	other.Commit = "0123abcd"
+	if m, err = MergeXfstests(later, other); err != nil || len(m.Problems) != 1 {
+		t.Errorf("sittings of two xfstests commits: err %v, problems %q", err, m.Problems)
+	}
+	if _, err := MergeXfstests(later, sitting(t, "stock", nil, "", rest)); err == nil {
+		t.Error("sittings of two kernels were merged")
+	}
+	if _, err := MergeXfstests(); err == nil {
+		t.Error("no sittings merged without an error")
+	}
+}

@@ -39,7 +39,8 @@ func cmdXfstests(ctx context.Context, args []string) error {
 	junit := fs.String("junit", "", "write a JUnit XML report here")
 	table := fs.String("table", "", "write the per-test table (reStructuredText) here")
 	verbose := fs.Bool("v", false, "show the guest consoles")
-	from := fs.String("from", "", "judge an earlier run's results in this directory (a run-xfstests-* directory of the cache) instead of booting")
+	from := fs.String("from", "", "judge earlier runs' results in these directories (run-xfstests-* directories of the cache, "+
+		"comma-separated: the sittings of one selection, in the order they ran) instead of booting")
 	baseline := fs.String("baseline", "all", "what the baseline (first) kernel runs: all the tests, or failures: "+
 		"only those that did not pass on every other kernel, which run first, on every filesystem at once")
 	fs.Parse(args)
@@ -195,17 +196,20 @@ func kernelNames(ks []guestKernel) string {
 	return strings.Join(names, ", ")
 }
 
-// judgeXfstestsRun reads back the runs an earlier "ovlvm xfstests" left in
-// dir, one work directory per kernel and filesystem, and reports on them
-// as that run would have: a run of hours whose report was lost (the
-// caller was stopped, its terminal closed) need not boot again.
-func judgeXfstestsRun(dir, kernels, fsList string, subset bool, table, junit string) error {
+// judgeXfstestsRun reads back the runs earlier "ovlvm xfstests" left in
+// dirs, one work directory per kernel and filesystem, and reports on them
+// as one run would have: a run of hours whose report was lost (the
+// caller was stopped, its terminal closed) need not boot again, and a
+// selection that took several sittings is judged whole. A kernel's
+// results on a filesystem are its sittings' merged (vm.MergeXfstests);
+// a sitting need not have run every kernel and filesystem.
+func judgeXfstestsRun(dirs, kernels, fsList string, subset bool, table, junit string) error {
 	var all []*vm.XfstestsResult
 	var failures []string
 	for _, f := range splitList(fsList) {
 		var res []*vm.XfstestsResult
 		for i, k := range splitList(kernels) {
-			r, err := vm.LoadXfstests(k, f, xfsRunDir(dir, k, f))
+			r, err := loadXfsSittings(splitList(dirs), k, f)
 			if err != nil {
 				return err
 			}
@@ -216,6 +220,29 @@ func judgeXfstestsRun(dir, kernels, fsList string, subset bool, table, junit str
 		failures = append(failures, reportXfstests(os.Stdout, f, res)...)
 	}
 	return writeXfsReports(all, failures, table, junit)
+}
+
+// loadXfsSittings reads kernel's runs on fs from those of dirs that have
+// one and merges them.
+func loadXfsSittings(dirs []string, kernel, fs string) (*vm.XfstestsResult, error) {
+	var sittings []*vm.XfstestsResult
+	for _, d := range dirs {
+		wd := xfsRunDir(d, kernel, fs)
+		if len(dirs) > 1 {
+			if _, err := os.Stat(filepath.Join(wd, "serial.log")); errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+		}
+		r, err := vm.LoadXfstests(kernel, fs, wd)
+		if err != nil {
+			return nil, err
+		}
+		sittings = append(sittings, r)
+	}
+	if len(sittings) == 0 {
+		return nil, fmt.Errorf("no run of %s on %s in %s", kernel, fs, strings.Join(dirs, ", "))
+	}
+	return vm.MergeXfstests(sittings...)
 }
 
 // writeXfsReports writes the table and the JUnit report asked for and
