@@ -131,6 +131,7 @@ type XfstestsResult struct {
 const (
 	problemNoReport  = "guest wrote no result.xml (check did not finish); results taken from the console"
 	problemNoResults = "no results copied back: "
+	problemNoTests   = "no xfstests test ran; "
 )
 
 // NotPassed lists, in order, every test that did not pass in some run:
@@ -332,7 +333,7 @@ func MergeXfstests(sittings ...*XfstestsResult) (*XfstestsResult, error) {
 			continue
 		}
 		for _, p := range s.Problems {
-			if p != problemNoReport && !strings.HasPrefix(p, problemNoResults) {
+			if p != problemNoReport && !strings.HasPrefix(p, problemNoResults) && !strings.HasPrefix(p, problemNoTests) {
 				m.Problems = append(m.Problems, p)
 			}
 		}
@@ -512,7 +513,7 @@ func (r *XfstestsResult) readResults(console []string) error {
 		}
 	}
 	if len(r.Tests) == 0 {
-		r.Problems = append(r.Problems, fmt.Sprintf("no xfstests test ran; last console lines:\n%s", verdict.Tail(console, 25)))
+		r.Problems = append(r.Problems, fmt.Sprintf(problemNoTests+"last console lines:\n%s", verdict.Tail(console, 25)))
 	}
 	return nil
 }

@@ -494,6 +494,16 @@ func TestMergeXfstestsSittings(t *testing.T) {
 		t.Errorf("a test no sitting finished is not reported: unfinished %v, problems %q", m.Unfinished, m.Problems)
 	}
 
+	// A sitting stopped before its first test ended adds nothing, and
+	// once a later one has run its tests it leaves no problem either.
+	early := sitting(t, "patched", []string{"generic/003"}, "", "")
+	if len(early.Problems) != 3 {
+		t.Fatalf("sitting stopped before a test ended: problems %q", early.Problems)
+	}
+	if m, err = MergeXfstests(early, partial); err != nil || len(m.Problems) != 0 || len(m.Tests) != 1 {
+		t.Errorf("early-stopped sitting merged: err %v, tests %+v, problems %q", err, m.Tests, m.Problems)
+	}
+
 	// Different xfstests commits, or kernels, are a problem; another
 	// kernel's or filesystem's sitting is an error.
 	other := sitting(t, "patched", []string{"generic/004"}, "", rest)
